@@ -1,0 +1,112 @@
+# pagedstate developer entry points. On a fresh machine `make check` and
+# `make test` are all that is needed: every target that uses the virtual
+# environment depends on its stamp, which (re)builds .venv when pyproject.toml
+# changes.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.stamp
+TORCH := torch==2.13.0
+SRC_DIRS := spec models impl gpu
+CONFIG ?= default
+PYTEST_ARGS ?=
+
+# Hypothesis settings profile, read by the test suite; CI gets the `ci` profile.
+ifeq ($(CI),true)
+HYPOTHESIS_PROFILE ?= ci
+else
+HYPOTHESIS_PROFILE ?= dev
+endif
+export HYPOTHESIS_PROFILE
+
+.PHONY: help setup test check check-only explore lint docs docs-check \
+	bench-explore wheel-check clean
+
+help:
+	@echo "make setup          create $(VENV) ($(TORCH), then -e '.[dev]'); reruns when pyproject.toml changes"
+	@echo "make test           pytest -q over tests/ (HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE))"
+	@echo "make check          test, then check-only: the main job"
+	@echo "make check-only     spec static checks, explore --config default, docs-check"
+	@echo "make explore        pagedstate explore --config \$$CONFIG (default: default)"
+	@echo "make lint           ruff check + mypy over $(SRC_DIRS)"
+	@echo "make docs           regenerate docs/ (pagedstate render --out docs)"
+	@echo "make docs-check     fail if docs/ is stale (pagedstate render --check docs)"
+	@echo "make bench-explore  write docs/benchmarks.md"
+	@echo "make wheel-check    build the wheel, install it in a fresh venv without dev extras, smoke-test it"
+	@echo "make clean          remove $(VENV), build outputs and caches"
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade --progress-bar off pip
+	$(PY) -m pip install --progress-bar off '$(TORCH)'
+	$(PY) -m pip install --progress-bar off -e '.[dev]'
+	# mypy cannot follow the editable install's import hook: give it a static
+	# view of the package (see [tool.mypy] mypy_path in pyproject.toml).
+	rm -rf $(VENV)/mypy-path
+	mkdir -p $(VENV)/mypy-path/pagedstate
+	for d in $(SRC_DIRS); do ln -s "../../../$$d" "$(VENV)/mypy-path/pagedstate/$$d"; done
+	touch $@
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit 5)" >&2; fi; \
+	exit $$rc
+
+check: test
+	$(MAKE) --no-print-directory check-only
+
+check-only: $(STAMP)
+	$(PY) -m pagedstate.spec.static
+	$(VENV)/bin/pagedstate explore --config default
+	$(MAKE) --no-print-directory docs-check
+
+explore: $(STAMP)
+	$(VENV)/bin/pagedstate explore --config $(CONFIG)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check $(SRC_DIRS)
+	$(VENV)/bin/mypy $(foreach d,$(SRC_DIRS),-p pagedstate.$(d))
+
+docs: $(STAMP)
+	$(VENV)/bin/pagedstate render --out docs
+
+docs-check: $(STAMP)
+	$(VENV)/bin/pagedstate render --check docs
+
+bench-explore: $(STAMP)
+	$(PY) -m pagedstate.models.bench_explore --out docs/benchmarks.md
+
+# Proves the wheel on its own: built from the tree, installed into a fresh venv
+# with only the runtime dependencies (no dev extras, no torch), used from
+# outside the repo.
+wheel-check: $(STAMP)
+	set -euo pipefail; \
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(PY) -m build --wheel --outdir "$$tmp/dist" .; \
+	whl=$$(ls "$$tmp"/dist/pagedstate-*.whl); \
+	echo "wheel: $$(basename "$$whl")"; \
+	$(PY) -m zipfile -l "$$whl" | awk 'NR > 1 {print $$1}' > "$$tmp/files"; \
+	if grep -v -E '^pagedstate(/|-[^/]*\.dist-info/)' "$$tmp/files"; then \
+		echo "wheel-check: files outside pagedstate/ in the wheel (above)" >&2; exit 1; fi; \
+	for d in $(SRC_DIRS); do \
+		grep -qx "pagedstate/$$d/py.typed" "$$tmp/files" || { echo "wheel-check: pagedstate/$$d/py.typed missing" >&2; exit 1; }; \
+	done; \
+	$(PYTHON) -m venv "$$tmp/venv"; \
+	"$$tmp/venv/bin/python" -m pip install --progress-bar off --disable-pip-version-check -q "$$whl"; \
+	cd "$$tmp"; \
+	"$$tmp/venv/bin/python" -c 'import pagedstate.spec, pagedstate.models, pagedstate.impl, pagedstate.gpu'; \
+	if "$$tmp/venv/bin/python" -c 'import torch' 2>/dev/null; then \
+		echo "wheel-check: torch got installed in the fresh venv" >&2; exit 1; fi; \
+	"$$tmp/venv/bin/pagedstate" --help; \
+	"$$tmp/venv/bin/pagedstate" --version; \
+	echo "wheel-check: OK"
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .hypothesis .mypy_cache .ruff_cache .pytest_cache
+	find . -name __pycache__ -type d -prune -not -path './.git/*' -exec rm -rf {} +

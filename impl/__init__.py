@@ -1,0 +1,1 @@
+"""Production store: the recurrent-state page store held to the spec tables."""
