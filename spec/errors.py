@@ -1,0 +1,140 @@
+"""The error hierarchy of pagedstate.
+
+Every error the library raises on purpose is a :class:`PagedStateError`.
+Each subclass also derives from the builtin exception that ATOM's module
+raises in the same situation (``ValueError``, ``AssertionError``,
+``RuntimeError``), so an engine that swaps pagedstate in for ATOM's module and
+catches the builtin keeps working.
+
+A call that raises one of these changes nothing: every structure of the pool,
+store and coordinator is as it was before the call (SPEC section G8).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "PagedStateError",
+    "BadSpecError",
+    "InvalidArgumentError",
+    "DuplicateUnitError",
+    "WrongOwnerError",
+    "PartialReleaseError",
+    "RawUnitFreeError",
+    "NoFreeUnitError",
+    "IllegalTransitionError",
+    "PinUnderflowError",
+    "UnknownOperationError",
+    "LeaseReusedError",
+    "SourcePinLostError",
+    "SlotBusyError",
+    "AmbiguousSuspendError",
+    "CheckpointVanishedError",
+    "BatchTooLargeError",
+]
+
+
+class PagedStateError(Exception):
+    """Base class of every error pagedstate raises on purpose."""
+
+
+class BadSpecError(PagedStateError, ValueError):
+    """A :class:`PagedStateCheckpointSpec` or its wire form is malformed (SPEC A.1).
+
+    Raised for a non-int or non-positive byte count, ``image_bytes >
+    slot_bytes``, an empty ``layout_id`` or a wire mapping with the wrong keys.
+    Fix the geometry the runner derived; nothing was constructed.
+    """
+
+
+class InvalidArgumentError(PagedStateError, ValueError):
+    """An argument is outside its domain (a negative count, a ``None`` owner,
+    a non-int hash or slot). The message names the argument and what it must be."""
+
+
+class DuplicateUnitError(InvalidArgumentError):
+    """A unit-id list names the same unit twice (SPEC A.2 ``release_units`` and
+    ``rekey_units``)."""
+
+
+class WrongOwnerError(PagedStateError, AssertionError):
+    """A unit is not tagged ``(owner, piece)`` as the caller claimed (SPEC A.2,
+    scenario S16). Nothing was released or retagged: pass the owner the units
+    were reserved for, in piece order."""
+
+
+class PartialReleaseError(PagedStateError, AssertionError):
+    """A release names only part of a reservation (SPEC G9). Release the whole
+    reservation, every unit in piece order, in one call."""
+
+
+class RawUnitFreeError(PagedStateError, AssertionError):
+    """A raw (checkpoint or transfer) unit was handed to the KV ``free`` path.
+    Use ``release_units`` with its owner instead."""
+
+
+class NoFreeUnitError(PagedStateError, AssertionError):
+    """The pool has no free unit and nothing is evictable (SPEC A.4): a gate
+    that should have refused the admission was bypassed."""
+
+
+class IllegalTransitionError(PagedStateError, AssertionError):
+    """A machine was asked for a transition its table has no row for.
+
+    Attributes ``machine``, ``phase``, ``event`` and ``guard`` name the missing
+    row of the table in :mod:`pagedstate.spec.tables`.
+    """
+
+    def __init__(self, machine: str, phase: str, event: str, guard: str, detail: str = "") -> None:
+        self.machine = machine
+        self.phase = phase
+        self.event = event
+        self.guard = guard
+        msg = (
+            f"{machine}: no transition from {phase} on {event}"
+            + (f" [{guard}]" if guard != "-" else "")
+            + (f": {detail}" if detail else "")
+            + ". The caller broke the protocol of the table in pagedstate.spec.tables;"
+            " nothing was changed."
+        )
+        super().__init__(msg)
+
+
+class PinUnderflowError(PagedStateError, AssertionError):
+    """A pin was released on a record whose pin count is already 0 (SPEC C.10,
+    scenario S14). Releases are keyed by operation; this one had no pin left."""
+
+
+class UnknownOperationError(PagedStateError, LookupError):
+    """An operation, lease or reservation was not issued by this store (for
+    example a :class:`SuspendedCheckpointRestore` built by hand, or one issued
+    by another store)."""
+
+
+class LeaseReusedError(PagedStateError, AssertionError):
+    """A single-use lease (a suspended restore) was resumed or released a second
+    time (SPEC G3). The first use already spent its pin; nothing was changed."""
+
+
+class SourcePinLostError(PagedStateError, AssertionError):
+    """A suspended restore is resumed but its record no longer holds a pin
+    (SPEC B.3 row 8)."""
+
+
+class SlotBusyError(PagedStateError, AssertionError):
+    """A second restore into a destination slot that already has a queued,
+    in-flight or suspended restore (SPEC G4): two gathers into one slot in one
+    launch race. Cancel or complete the first one before queueing another."""
+
+
+class AmbiguousSuspendError(PagedStateError, AssertionError):
+    """``suspend_queued_restore`` found more than one queued restore for the
+    slot (SPEC B.3 row 7). Unreachable under G4; kept as a defensive check."""
+
+
+class CheckpointVanishedError(PagedStateError, RuntimeError):
+    """A gated checkpoint disappeared between the gate and the attach (SPEC F.29)."""
+
+
+class BatchTooLargeError(PagedStateError, RuntimeError):
+    """A batch asks to copy more checkpoints than its descriptor was sized for
+    (``checkpoint_copy_ops_per_batch``, SPEC C.22 and E.5)."""

@@ -1,0 +1,511 @@
+"""One snapshot type any store can produce, and the invariants over it (SPEC C, G).
+
+Both the reference model and the production store return a :class:`Snapshot`
+from ``snapshot()``; differential checks compare snapshots with ``==`` and
+every check calls :func:`check_invariants` (state predicates) and
+:func:`check_step_invariants` (predicates over a call's before and after).
+
+Each invariant is a named function returning a list of problem strings (empty
+when it holds), so a report can say which one broke and why.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any
+
+import attrs
+
+from .types import CHECKPOINT_OWNER, TRANSFER_OWNER, StateStoreOperationId
+
+__all__ = [
+    "RecordView",
+    "OffloadPinView",
+    "Snapshot",
+    "INVARIANTS",
+    "STEP_INVARIANTS",
+    "check_invariants",
+    "check_step_invariants",
+]
+
+
+@attrs.frozen
+class RecordView:
+    """A record as a snapshot shows it. ``phase`` is one of the record table's phases."""
+
+    prefix_hash: int
+    unit_ids: tuple[int, ...]
+    phase: str
+    pin_count: int
+
+
+@attrs.frozen
+class OffloadPinView:
+    """An offload store or lease operation as a snapshot shows it (SPEC B.1 ``_OffloadPin``).
+
+    ``pinned_at`` is the store clock's reading when the op was pinned (seconds)."""
+
+    checkpoint_id: int
+    source_released: bool
+    reclaimable: bool
+    pinned_at: float
+
+
+def _empty_dict() -> dict[Any, Any]:
+    return {}
+
+
+@attrs.frozen
+class Snapshot:
+    """Everything observable of a pool, store and (optionally) coordinator.
+
+    Pool: ``num_units`` ids ``[0, num_units)``; ``free`` ids; ``dirty`` ids that last held
+    checkpoint or transfer bytes and were not scrubbed since (G10); ``tags`` maps every raw unit to ``(owner, piece)``.
+    Store: SPEC B.1's structures, ``records`` by checkpoint id; ``queued_restores`` and
+    ``inflight_restores`` as ``(cid, dst_slot)``; ``suspended`` as live leases
+    ``(lease_id, cid, dst_slot)``; forfeit memory as exact ``forfeited`` ops plus a
+    ``forfeit_watermark`` generation (G7).
+    Coordinator (empty for a bare store): ``pending_boundaries`` as ``(seq_key, h)`` in filing
+    order, ``transfers`` by owner, scratch queues, and the fate counters.
+    """
+
+    num_units: int
+    units_per_checkpoint: int
+    free: frozenset[int]
+    dirty: frozenset[int]
+    tags: Mapping[int, tuple[Hashable, int]]
+    records: Mapping[int, RecordView]
+    index: Mapping[int, int]
+    pending: Mapping[int, int]
+    lru: tuple[int, ...]
+    inflight_stores: tuple[int, ...]
+    queued_restores: tuple[tuple[int, int], ...]
+    inflight_restores: tuple[tuple[int, int], ...]
+    suspended: tuple[tuple[int, int, int], ...]
+    offload_sink: bool
+    offload_ready: tuple[int, ...]
+    offload_backlog_cap: int
+    offload_pins: Mapping[StateStoreOperationId, OffloadPinView]
+    forfeited: frozenset[StateStoreOperationId]
+    forfeit_watermark: int
+    forfeit_bound: int
+    generation: int
+    next_checkpoint_id: int
+    offload_generation: int
+    evictions: int
+    offload_pins_reclaimed: int
+    offload_nominations_dropped: int
+    pending_boundaries: tuple[tuple[Hashable, int], ...] = ()
+    transfers: Mapping[Hashable, tuple[int, ...]] = attrs.field(factory=_empty_dict)
+    scratch_reserved: frozenset[int] = frozenset()
+    scratch_queued: tuple[tuple[int, int], ...] = ()
+    scratch_issued: tuple[int, ...] = ()
+    checkpoints_kept: int = 0
+    checkpoints_dropped: int = 0
+    checkpoints_orphaned: int = 0
+
+    def ready_pairs(self) -> frozenset[tuple[int, int]]:
+        """``{(prefix_hash, cid)}`` of READY records: the set the change log tracks."""
+        return frozenset((r.prefix_hash, c) for c, r in self.records.items() if r.phase == "READY")
+
+    def diff(self, other: Snapshot) -> list[str]:
+        """Field names that differ from ``other``, with both values (for failure reports)."""
+        out = []
+        for f in attrs.fields(Snapshot):
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if a != b:
+                out.append(f"{f.name}: {a!r} != {b!r}")
+        return out
+
+
+Invariant = Callable[[Snapshot], list[str]]
+StepInvariant = Callable[[Snapshot, Snapshot], list[str]]
+
+
+# --- state invariants (SPEC C) ----------------------------------------------------------
+
+
+def unit_conservation(s: Snapshot) -> list[str]:
+    """C1: every unit id is exactly one of free or tagged; nothing outside ``[0, num_units)``."""
+    out = []
+    tagged = set(s.tags)
+    both = tagged & s.free
+    if both:
+        out.append(f"units both free and tagged: {sorted(both)}")
+    everything = tagged | s.free
+    missing = set(range(s.num_units)) - everything
+    if missing:
+        out.append(f"units neither free nor tagged (leaked): {sorted(missing)}")
+    extra = everything - set(range(s.num_units))
+    if extra:
+        out.append(f"unit ids outside the pool: {sorted(extra)}")
+    return out
+
+
+def _tagged_by(s: Snapshot) -> dict[Hashable, list[tuple[int, int]]]:
+    by_owner: dict[Hashable, list[tuple[int, int]]] = {}
+    for unit, (owner, piece) in s.tags.items():
+        by_owner.setdefault(owner, []).append((piece, unit))
+    return by_owner
+
+
+def tag_bijection(s: Snapshot) -> list[str]:
+    """C2: a record's units are exactly those tagged ``("state-checkpoint", cid)``, piece =
+    position; likewise for transfer reservations; no checkpoint or transfer tag without its
+    record or reservation."""
+    out = []
+    by_owner = _tagged_by(s)
+    for cid, r in s.records.items():
+        tagged = sorted(by_owner.get((CHECKPOINT_OWNER, cid), []))
+        if tuple(u for _, u in tagged) != r.unit_ids or [p for p, _ in tagged] != list(
+            range(len(r.unit_ids))
+        ):
+            out.append(f"record {cid}: units {r.unit_ids} but tags {tagged}")
+    for owner, units in s.transfers.items():
+        tagged = sorted(by_owner.get((TRANSFER_OWNER, owner), []))
+        if tuple(u for _, u in tagged) != units:
+            out.append(f"transfer {owner!r}: units {units} but tags {tagged}")
+    for owner in by_owner:
+        if isinstance(owner, tuple) and len(owner) == 2:
+            kind, ident = owner
+            if kind == CHECKPOINT_OWNER and ident not in s.records:
+                out.append(f"units tagged for checkpoint {ident}, which has no record")
+            if kind == TRANSFER_OWNER and ident not in s.transfers:
+                out.append(f"units tagged for transfer {ident!r}, which has no reservation")
+    return out
+
+
+def fixed_size(s: Snapshot) -> list[str]:
+    """C4, C23: every record and reservation holds exactly ``units_per_checkpoint`` distinct units."""
+    out = []
+    for cid, r in s.records.items():
+        if len(r.unit_ids) != s.units_per_checkpoint or len(set(r.unit_ids)) != len(r.unit_ids):
+            out.append(f"record {cid} holds {r.unit_ids}, not {s.units_per_checkpoint} units")
+    for owner, units in s.transfers.items():
+        if len(units) != s.units_per_checkpoint:
+            out.append(f"transfer {owner!r} holds {units}, not {s.units_per_checkpoint} units")
+    return out
+
+
+def ready_set_equality(s: Snapshot) -> list[str]:
+    """C5: READY records = LRU = index values, and the index names each READY record by its hash."""
+    out = []
+    ready = {c for c, r in s.records.items() if r.phase == "READY"}
+    if len(s.lru) != len(set(s.lru)):
+        out.append(f"LRU has duplicates: {s.lru}")
+    if set(s.lru) != ready:
+        out.append(f"LRU {sorted(s.lru)} != READY {sorted(ready)}")
+    if set(s.index.values()) != ready:
+        out.append(f"index values {sorted(s.index.values())} != READY {sorted(ready)}")
+    for h, cid in s.index.items():
+        r = s.records.get(cid)
+        if r is None or r.prefix_hash != h:
+            out.append(f"index {h} -> {cid}, which is not a record of hash {h}")
+    return out
+
+
+def one_image_per_hash(s: Snapshot) -> list[str]:
+    """C6: at most one READY record per hash; a hash is never both indexed and pending."""
+    out = []
+    counts = Counter(r.prefix_hash for r in s.records.values() if r.phase == "READY")
+    out += [f"hash {h} has {n} READY records" for h, n in counts.items() if n > 1]
+    both = set(s.index) & set(s.pending)
+    if both:
+        out.append(f"hashes both indexed and pending: {sorted(both)}")
+    return out
+
+
+def pending_is_copying(s: Snapshot) -> list[str]:
+    """C7: ``pending[h] == cid`` iff record cid is COPYING with hash h."""
+    out = []
+    copying = {r.prefix_hash: c for c, r in s.records.items() if r.phase == "COPYING"}
+    for h, cid in s.pending.items():
+        r = s.records.get(cid)
+        if r is None or r.phase != "COPYING" or r.prefix_hash != h:
+            out.append(f"pending {h} -> {cid}, which is not a COPYING record of hash {h}")
+    for h, cid in copying.items():
+        if s.pending.get(h) != cid:
+            out.append(f"COPYING record {cid} of hash {h} is not pending")
+    n_copying = sum(1 for r in s.records.values() if r.phase == "COPYING")
+    if n_copying != len(copying):
+        out.append("two COPYING records share a hash")
+    return out
+
+
+def copying_in_flight(s: Snapshot) -> list[str]:
+    """C8, G11: a COPYING record is in the in-flight store list and holds no pin."""
+    inflight = set(s.inflight_stores)
+    return [
+        f"COPYING record {c}: in flight={c in inflight}, pins={r.pin_count}"
+        for c, r in s.records.items()
+        if r.phase == "COPYING" and (c not in inflight or r.pin_count != 0)
+    ]
+
+
+def evicting_alive(s: Snapshot) -> list[str]:
+    """C9: an EVICTING record is unfindable and alive only while pinned or in flight."""
+    out = []
+    inflight = set(s.inflight_stores)
+    lru = set(s.lru)
+    for c, r in s.records.items():
+        if r.phase != "EVICTING":
+            continue
+        if s.index.get(r.prefix_hash) == c or s.pending.get(r.prefix_hash) == c or c in lru:
+            out.append(f"EVICTING record {c} is still findable")
+        if r.pin_count == 0 and c not in inflight:
+            out.append(f"EVICTING record {c} has no pin and no in-flight store (should be released)")
+    return out
+
+
+def pin_accounting(s: Snapshot) -> list[str]:
+    """C10: pin_count = queued + in-flight + suspended restores + unreleased offload/lease pins."""
+    expect: Counter[int] = Counter()
+    for cid, _ in s.queued_restores:
+        expect[cid] += 1
+    for cid, _ in s.inflight_restores:
+        expect[cid] += 1
+    for _, cid, _ in s.suspended:
+        expect[cid] += 1
+    for pin in s.offload_pins.values():
+        if not pin.source_released:
+            expect[pin.checkpoint_id] += 1
+    out = []
+    for cid, r in s.records.items():
+        if r.pin_count < 0:
+            out.append(f"record {cid} has negative pin count {r.pin_count}")
+        if r.pin_count != expect.get(cid, 0):
+            out.append(f"record {cid}: pin_count {r.pin_count} but {expect.get(cid, 0)} holders")
+        if r.pin_count > 0 and r.phase not in ("READY", "EVICTING"):
+            out.append(f"record {cid} is {r.phase} and pinned")
+    return out
+
+
+def readers_reference_live_records(s: Snapshot) -> list[str]:
+    """C12: every outstanding writer (in-flight store) or reader (restore, unreleased offload
+    pin or lease) names a live record, so its units are not free."""
+    out = []
+    for cid in s.inflight_stores:
+        if cid not in s.records:
+            out.append(f"in-flight store of checkpoint {cid}, which was released")
+    for what, cids in (
+        ("queued restore", [c for c, _ in s.queued_restores]),
+        ("in-flight restore", [c for c, _ in s.inflight_restores]),
+        ("suspended restore", [c for _, c, _ in s.suspended]),
+        ("offload source", [p.checkpoint_id for p in s.offload_pins.values() if not p.source_released]),
+    ):
+        for cid in cids:
+            if cid not in s.records:
+                out.append(f"{what} of checkpoint {cid}, which was released")
+    return out
+
+
+def offload_ops_unique(s: Snapshot) -> list[str]:
+    """C15: at most one offload or lease operation per prefix hash."""
+    counts = Counter(op.prefix_hash for op in s.offload_pins)
+    return [f"hash {h} has {n} offload operations" for h, n in counts.items() if n > 1]
+
+
+def backlog_bound(s: Snapshot) -> list[str]:
+    """C16: the nomination backlog stays within its cap; no sink, no nominations and no
+    reclaimable pins (explicit leases are still allowed)."""
+    out = []
+    if len(s.offload_ready) > s.offload_backlog_cap:
+        out.append(f"backlog {len(s.offload_ready)} > cap {s.offload_backlog_cap}")
+    if not s.offload_sink:
+        if s.offload_ready:
+            out.append(f"nominations without a sink: {s.offload_ready}")
+        if any(p.reclaimable for p in s.offload_pins.values()):
+            out.append("reclaimable offload pins without a sink")
+    return out
+
+
+def forfeit_memory(s: Snapshot) -> list[str]:
+    """C18, G7: a forfeited op is not a live pin; the exact memory is bounded; every exactly
+    remembered forfeit lies above the watermark."""
+    out = []
+    live = set(s.offload_pins) & s.forfeited
+    if live:
+        out.append(f"forfeited ops still pinned: {sorted(live)}")
+    if len(s.forfeited) > s.forfeit_bound:
+        out.append(f"forfeit memory {len(s.forfeited)} > bound {s.forfeit_bound}")
+    low = [op for op in s.forfeited if op.generation <= s.forfeit_watermark]
+    if low:
+        out.append(f"forfeits at or below the watermark {s.forfeit_watermark}: {sorted(low)}")
+    return out
+
+
+def identities_ahead(s: Snapshot) -> list[str]:
+    """C14: every live cid is below ``next_checkpoint_id`` and every op generation at most
+    ``offload_generation``."""
+    out = []
+    for cid in s.records:
+        if cid >= s.next_checkpoint_id:
+            out.append(f"record {cid} >= next id {s.next_checkpoint_id}")
+    for op in list(s.offload_pins) + list(s.forfeited):
+        if op.generation > s.offload_generation:
+            out.append(f"op {op} ahead of offload generation {s.offload_generation}")
+    return out
+
+
+def one_restore_per_slot(s: Snapshot) -> list[str]:
+    """G4: at most one queued, in-flight or suspended restore per destination slot."""
+    slots = Counter(
+        [d for _, d in s.queued_restores]
+        + [d for _, d in s.inflight_restores]
+        + [d for _, _, d in s.suspended]
+    )
+    return [f"slot {d} has {n} restores" for d, n in slots.items() if n > 1]
+
+
+def leases_unique(s: Snapshot) -> list[str]:
+    """G3: live suspended-restore leases have distinct ids."""
+    ids = Counter(lid for lid, _, _ in s.suspended)
+    return [f"lease {lid} appears {n} times" for lid, n in ids.items() if n > 1]
+
+
+def dirty_in_pool(s: Snapshot) -> list[str]:
+    """G10: dirty marks name pool units only (a dirty unit stays dirty, free or reserved,
+    until the executor's scrub reports it clean)."""
+    bad = {u for u in s.dirty if not 0 <= u < s.num_units}
+    return [f"dirty marks outside the pool: {sorted(bad)}"] if bad else []
+
+
+def coordinator_pending(s: Snapshot) -> list[str]:
+    """C20: at most one pending boundary per sequence."""
+    counts = Counter(k for k, _ in s.pending_boundaries)
+    return [f"sequence {k!r} has {n} pending boundaries" for k, n in counts.items() if n > 1]
+
+
+def scratch_disjoint(s: Snapshot) -> list[str]:
+    """C21: a scratch slot is in at most one of reserved, queued and issued."""
+    queued = [slot for _, slot in s.scratch_queued]
+    everything = list(s.scratch_reserved) + queued + list(s.scratch_issued)
+    counts = Counter(everything)
+    return [f"scratch slot {slot} held {n} times" for slot, n in counts.items() if n > 1]
+
+
+def counters_non_negative(s: Snapshot) -> list[str]:
+    """Counters never go below zero."""
+    names = (
+        "generation", "evictions", "offload_pins_reclaimed", "offload_nominations_dropped",
+        "checkpoints_kept", "checkpoints_dropped", "checkpoints_orphaned",
+    )
+    return [f"{n} is negative" for n in names if getattr(s, n) < 0]
+
+
+INVARIANTS: Mapping[str, Invariant] = {
+    "unit_conservation": unit_conservation,
+    "tag_bijection": tag_bijection,
+    "fixed_size": fixed_size,
+    "ready_set_equality": ready_set_equality,
+    "one_image_per_hash": one_image_per_hash,
+    "pending_is_copying": pending_is_copying,
+    "copying_in_flight": copying_in_flight,
+    "evicting_alive": evicting_alive,
+    "pin_accounting": pin_accounting,
+    "readers_reference_live_records": readers_reference_live_records,
+    "offload_ops_unique": offload_ops_unique,
+    "backlog_bound": backlog_bound,
+    "forfeit_memory": forfeit_memory,
+    "identities_ahead": identities_ahead,
+    "one_restore_per_slot": one_restore_per_slot,
+    "leases_unique": leases_unique,
+    "dirty_in_pool": dirty_in_pool,
+    "coordinator_pending": coordinator_pending,
+    "scratch_disjoint": scratch_disjoint,
+    "counters_non_negative": counters_non_negative,
+}
+
+
+# --- step invariants: a call's before and after ----------------------------------------
+
+
+def monotone_identities(a: Snapshot, b: Snapshot) -> list[str]:
+    """C14: ids, generations and counters never go back; new records take fresh ids."""
+    out = []
+    for name in (
+        "next_checkpoint_id", "offload_generation", "generation", "evictions",
+        "offload_pins_reclaimed", "offload_nominations_dropped", "forfeit_watermark",
+        "checkpoints_kept", "checkpoints_dropped", "checkpoints_orphaned",
+    ):
+        if getattr(b, name) < getattr(a, name):
+            out.append(f"{name} went back from {getattr(a, name)} to {getattr(b, name)}")
+    for cid in set(b.records) - set(a.records):
+        if cid < a.next_checkpoint_id:
+            out.append(f"record {cid} reuses an id below {a.next_checkpoint_id}")
+    return out
+
+
+def visibility(a: Snapshot, b: Snapshot) -> list[str]:
+    """C13: a record becomes READY only from COPYING (its store rode a batch) or by adopting
+    units that a transfer reservation held before the call."""
+    out = []
+    for cid, r in b.records.items():
+        if r.phase != "READY":
+            continue
+        before = a.records.get(cid)
+        if before is None:
+            held = {u for owner, units in a.transfers.items() for u in units}
+            if not set(r.unit_ids) <= held:
+                out.append(f"record {cid} appeared READY without a completed store or transfer")
+        elif before.phase not in ("READY", "COPYING"):
+            out.append(f"record {cid} went from {before.phase} to READY")
+    return out
+
+
+def pinned_survive(a: Snapshot, b: Snapshot) -> list[str]:
+    """C11, C12: a pinned or in-flight record is never released by a call that did not drop
+    its holders; in particular a pinned READY record is never released in one call."""
+    out = []
+    for cid, r in a.records.items():
+        if cid in b.records:
+            continue
+        if r.phase == "READY" and r.pin_count > 0:
+            out.append(f"pinned READY record {cid} (pins {r.pin_count}) was released")
+        if r.phase == "COPYING" and cid in b.inflight_stores:
+            out.append(f"record {cid} was released while its store is still in flight")
+    return out
+
+
+def change_log_exact(a: Snapshot, b: Snapshot) -> list[str]:
+    """G6: the generation moves iff the READY set changed."""
+    changed = a.ready_pairs() != b.ready_pairs()
+    moved = b.generation != a.generation
+    if changed and not moved:
+        return ["the READY set changed but the generation did not move"]
+    if moved and not changed:
+        # G6: every bump is a real change; a clear of an empty READY set does not bump.
+        return [f"generation moved {a.generation} -> {b.generation} with no READY-set change"]
+    return []
+
+
+def dirty_marking(a: Snapshot, b: Snapshot) -> list[str]:
+    """G10: units that left a checkpoint or a transfer reservation for the free list are dirty."""
+    out = []
+    for unit, (owner, _) in a.tags.items():
+        if unit in b.free and isinstance(owner, tuple) and owner and owner[0] in (
+            CHECKPOINT_OWNER, TRANSFER_OWNER,
+        ):
+            if unit not in b.dirty:
+                out.append(f"unit {unit} left {owner!r} for the free list but is not dirty")
+    return out
+
+
+STEP_INVARIANTS: Mapping[str, StepInvariant] = {
+    "monotone_identities": monotone_identities,
+    "visibility": visibility,
+    "pinned_survive": pinned_survive,
+    "change_log_exact": change_log_exact,
+    "dirty_marking": dirty_marking,
+}
+
+
+def check_invariants(s: Snapshot) -> list[tuple[str, str]]:
+    """Every state invariant on ``s``: ``[(invariant name, problem)]``, empty when all hold."""
+    return [(name, p) for name, inv in INVARIANTS.items() for p in inv(s)]
+
+
+def check_step_invariants(a: Snapshot, b: Snapshot) -> list[tuple[str, str]]:
+    """Every step invariant on a call that took ``a`` to ``b``."""
+    return [(name, p) for name, inv in STEP_INVARIANTS.items() for p in inv(a, b)]
