@@ -931,8 +931,9 @@ class PageUnitCheckpointStore(_Stepper):
 
     # -- snapshot -------------------------------------------------------------------------
 
-    def snapshot(self) -> Snapshot:
-        """Everything observable, as the spec's :class:`Snapshot`."""
+    def snapshot(self, **coordinator_fields: Any) -> Snapshot:
+        """Everything observable, as the spec's :class:`Snapshot` (a coordinator passes its
+        own fields through ``coordinator_fields``)."""
         free, dirty, tags = self.pool.snapshot_parts()
         return Snapshot(
             num_units=self.pool.num_units,
@@ -969,6 +970,7 @@ class PageUnitCheckpointStore(_Stepper):
             evictions=self.evictions,
             offload_pins_reclaimed=self.offload_pins_reclaimed,
             offload_nominations_dropped=self.offload_nominations_dropped,
+            **coordinator_fields,
         )
 
 
@@ -1411,21 +1413,13 @@ class PagedStateCheckpointCoordinator(_Stepper):
 
     def snapshot(self) -> Snapshot:
         """The store's snapshot plus the coordinator's structures."""
-        s = self.store.snapshot()
-        return _with_coordinator(s, self)
-
-
-def _with_coordinator(s: Snapshot, c: PagedStateCheckpointCoordinator) -> Snapshot:
-    import attrs
-
-    return attrs.evolve(
-        s,
-        pending_boundaries=tuple((k[0], h) for k, (_, h) in c._pending.items()),
-        transfers=dict(c._transfer_units),
-        scratch_reserved=frozenset(c._scratch_reserved),
-        scratch_queued=tuple(c._scratch_queued),
-        scratch_issued=tuple(c._scratch_issued),
-        checkpoints_kept=c.checkpoints_kept,
-        checkpoints_dropped=c.checkpoints_dropped,
-        checkpoints_orphaned=c.checkpoints_orphaned,
-    )
+        return self.store.snapshot(
+            pending_boundaries=tuple((k[0], h) for k, (_, h) in self._pending.items()),
+            transfers=dict(self._transfer_units),
+            scratch_reserved=frozenset(self._scratch_reserved),
+            scratch_queued=tuple(self._scratch_queued),
+            scratch_issued=tuple(self._scratch_issued),
+            checkpoints_kept=self.checkpoints_kept,
+            checkpoints_dropped=self.checkpoints_dropped,
+            checkpoints_orphaned=self.checkpoints_orphaned,
+        )

@@ -1,0 +1,540 @@
+"""The explored world: a coordinator (pool, store) plus the environment around it.
+
+The environment is what an engine and its neighbours do to the store: sequences filing
+boundaries and leaving their slots, drains and completions of batches, restores, other
+owners taking and returning units (KV pressure), KV hash evictions, admin clears, the CPU
+tier handing out and reporting offload stores (in any order, duplicated and late), clock
+jumps past the reclaim timeout, external transfers and leases, and midstep scratch slots.
+
+A :class:`World` is deterministic: the same actions from the same configuration give the
+same state. Every action is a ``(name, args)`` pair, replayable with :meth:`World.act`,
+so a counterexample is a list of pairs that any store can be driven through.
+
+The environment's memory (held leases, known operations, transfer owners, scratch
+reservations) is bounded by the :class:`Config`; stale handles are kept one at a time so
+duplicated and late reports and second uses are exercised without growing the state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import attrs
+
+from pagedstate.spec.errors import PagedStateError
+from pagedstate.spec.snapshot import Snapshot
+from pagedstate.spec.types import (
+    CHECKPOINT_OWNER,
+    TRANSFER_OWNER,
+    PagedStateCheckpointSpec,
+    StateStoreOperationId,
+    SuspendedCheckpointRestore,
+)
+
+from .reference import PagedStateCheckpointCoordinator, SlotPool, UnitPool
+
+__all__ = ["Config", "World", "Seq", "ManualClock", "Action", "KV_OWNER"]
+
+#: First element of the owner tag of units other tenants (live KV) hold.
+KV_OWNER = "live-kv"
+
+Action = tuple[str, tuple[Any, ...]]
+
+
+class Seq:
+    """A request as the coordinator sees it: a fixed state slot. Identity is by object."""
+
+    __slots__ = ("index", "state_slot", "has_per_req_cache")
+
+    def __init__(self, index: int, state_slot: int) -> None:
+        self.index = index
+        self.state_slot = state_slot
+        self.has_per_req_cache = True
+
+    def __repr__(self) -> str:
+        return f"Seq({self.index}, slot={self.state_slot})"
+
+
+class ManualClock:
+    """A clock the environment advances by hand (seconds)."""
+
+    __slots__ = ("now",)
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@attrs.frozen
+class Config:
+    """A bounded configuration of the world.
+
+    Attributes:
+        name: the configuration's name.
+        units: pool size (units).
+        units_per_checkpoint: units per image (the spec's image is this many 10-byte units).
+        hashes: how many prefix hashes exist (``1..hashes``).
+        seqs: sequences, one slot each (slots ``0..seqs-1``).
+        kv_owners: other tenants, each holding at most ``kv_units`` units at a time.
+        kv_units: units one KV allocation takes.
+        offload: a CPU tier (sink on): nominations, take/release/settle/reclaim, clock.
+        max_offload_inflight: the ``max_inflight`` passed to take and acquire.
+        leases: explicit ``acquire_checkpoint_source`` leases.
+        transfers: at most this many external-load reservations at once (0: off).
+        scratch_slots: midstep scratch slots (0: off).
+        max_ops_per_batch: the per-batch copy budget for scratch stores.
+        suspend: suspend/resume/release of queued restores.
+        backlog_cap: nomination backlog cap (small, so overflow is reached).
+        forfeit_bound: reclaimed operations remembered exactly (small, so the watermark moves).
+        timeout_s: the reclaim timeout the environment uses; ``tick`` advances past it.
+        max_depth: stop exploring below this depth (``None``: until the space is exhausted).
+    """
+
+    name: str
+    units: int
+    units_per_checkpoint: int
+    hashes: int
+    seqs: int
+    kv_owners: int = 1
+    kv_units: int = 1
+    offload: bool = False
+    max_offload_inflight: int = 1
+    leases: bool = False
+    transfers: int = 0
+    scratch_slots: int = 0
+    max_ops_per_batch: int = 4
+    suspend: bool = False
+    backlog_cap: int = 2
+    forfeit_bound: int = 1
+    timeout_s: float = 10.0
+    max_depth: int | None = None
+
+    @property
+    def spec(self) -> PagedStateCheckpointSpec:
+        """The image geometry: 10-byte units, ``units_per_checkpoint`` of them per image."""
+        image = 10 * self.units_per_checkpoint
+        return PagedStateCheckpointSpec(
+            page_unit_bytes=10, slot_bytes=image, layout_id="explore-v1", image_bytes=image
+        )
+
+    def build(
+        self, coordinator_factory: Callable[..., PagedStateCheckpointCoordinator] | None = None
+    ) -> World:
+        """A fresh world in its initial state (optionally over a mutant coordinator class)."""
+        return World(self, coordinator_factory)
+
+
+class _Offload:
+    """A CPU-tier double: votes for nothing (the explorer does not model the vote)."""
+
+    def could_serve(self, prefix_hash: int) -> bool:
+        del prefix_hash
+        return False
+
+
+class World:
+    """A coordinator plus its environment; see the module docstring."""
+
+    def __init__(
+        self,
+        config: Config,
+        coordinator_factory: Callable[..., PagedStateCheckpointCoordinator] | None = None,
+    ) -> None:
+        self.config = config
+        factory = coordinator_factory or PagedStateCheckpointCoordinator
+        self.clock = ManualClock()
+        self.pool = UnitPool(config.units)
+        self.coord = factory(
+            self.pool,
+            config.spec,
+            True,
+            _Offload() if config.offload else None,
+            config.scratch_slots > 0,
+            clock=self.clock,
+            offload_backlog_cap=config.backlog_cap,
+            forfeit_bound=config.forfeit_bound,
+        )
+        if config.scratch_slots:
+            first = config.seqs
+            self.coord.attach_midstep_scratch(
+                SlotPool(range(first, first + config.scratch_slots)), config.max_ops_per_batch
+            )
+        self.seqs = tuple(Seq(i, i) for i in range(config.seqs))
+        # Environment memory.
+        self.kv_held: dict[int, list[int]] = {}
+        self.leases: list[SuspendedCheckpointRestore] = []
+        self.spent_lease: SuspendedCheckpointRestore | None = None
+        self.ops: list[StateStoreOperationId] = []
+        self.stale_op: StateStoreOperationId | None = None
+        self.owners: list[Hashable] = []
+        self.stale_owner: Hashable | None = None
+        self.next_owner = 0
+        self.scratch_res: list[tuple[int, int, int]] = []
+
+    def clone(self) -> World:
+        """A deep copy of the world; the coordinator's clock is re-pointed at the copy's."""
+        w = World.__new__(World)
+        w.__dict__.update(self.__dict__)
+        w.clock = ManualClock(self.clock.now)
+        w.coord = self.coord.clone()
+        w.coord.store.clock = w.clock
+        w.pool = w.coord.store.pool
+        w.kv_held = dict(self.kv_held)
+        w.leases = list(self.leases)
+        w.ops = list(self.ops)
+        w.owners = list(self.owners)
+        w.scratch_res = list(self.scratch_res)
+        return w
+
+    # -- actions ------------------------------------------------------------------------
+
+    def actions(self) -> list[Action]:
+        """Every action enabled in this state, in a fixed order."""
+        c = self.config
+        coord = self.coord
+        hs = range(1, c.hashes + 1)
+        out: list[Action] = [("drain", ()), ("complete", ())]
+        for s in range(c.seqs):
+            for h in hs:
+                out.append(("checkpoint", (s, h)))
+            out.append(("forget", (s,)))
+            for h in hs:
+                if coord.contains(h):
+                    out.append(("begin_restore", (s, h)))
+            if c.suspend and coord.restore_queued_for(s):
+                out.append(("suspend", (s,)))
+        for i in range(len(self.leases)):
+            out.append(("resume", (i,)))
+            out.append(("release_lease", (i,)))
+        if self.spent_lease is not None:
+            out.append(("reuse_lease", ()))
+        for h in hs:
+            out.append(("unindex", (h,)))
+        out.append(("clear", ()))
+        for k in range(c.kv_owners):
+            out.append(("kv_free", (k,)) if k in self.kv_held else ("kv_alloc", (k,)))
+        if c.offload:
+            out.append(("take_offload", ()))
+            out.append(("tick", ()))
+            out.append(("reclaim", ()))
+        if c.leases:
+            for h in hs:
+                if coord.contains(h):
+                    out.append(("acquire", (h,)))
+        for i in range(len(self.ops)):
+            out.append(("release_source", (i,)))
+            out.append(("settle", (i,)))
+        if self.stale_op is not None:
+            out.append(("late_report", ()))
+        if c.transfers:
+            if len(self.owners) < c.transfers:
+                out.append(("reserve_transfer", ()))
+            for i in range(len(self.owners)):
+                out.append(("release_transfer", (i,)))
+                for h in hs:
+                    out.append(("adopt", (i, h)))
+            if self.stale_owner is not None:
+                out.append(("late_release_transfer", ()))
+        if c.scratch_slots:
+            for s in range(c.seqs):
+                for h in hs:
+                    out.append(("reserve_midstep", (s, h)))
+            for i in range(len(self.scratch_res)):
+                out.append(("publish_midstep", (i,)))
+                out.append(("cancel_midstep", (i,)))
+        return out
+
+    def act(self, name: str, *args: Any) -> Any:
+        """Perform one action. Errors the store raises on purpose propagate."""
+        return getattr(self, "_a_" + name)(*args)
+
+    def _a_drain(self) -> Any:
+        return self.coord.take_checkpoint_ops()
+
+    def _a_complete(self) -> None:
+        self.coord.complete_previous_batch()
+
+    def _a_checkpoint(self, s: int, h: int) -> None:
+        self.coord.checkpoint(self.seqs[s], 1, h)
+
+    def _a_forget(self, s: int) -> None:
+        self.coord.forget_pending(self.seqs[s])
+
+    def _a_begin_restore(self, s: int, h: int) -> bool:
+        return self.coord.begin_restore(h, self.seqs[s].state_slot)
+
+    def _a_suspend(self, s: int) -> None:
+        lease = self.coord.suspend_queued_restore(self.seqs[s].state_slot)
+        if lease is not None:
+            self.leases.append(lease)
+
+    def _a_resume(self, i: int) -> None:
+        lease = self.leases[i]
+        self.coord.resume_suspended_restore(lease)
+        del self.leases[i]
+        self.spent_lease = lease
+
+    def _a_release_lease(self, i: int) -> None:
+        lease = self.leases[i]
+        self.coord.release_suspended_restore(lease)
+        del self.leases[i]
+        self.spent_lease = lease
+
+    def _a_reuse_lease(self) -> None:
+        lease = self.spent_lease
+        assert lease is not None
+        self.spent_lease = None
+        self.coord.resume_suspended_restore(lease)
+
+    def _a_unindex(self, h: int) -> None:
+        self.coord.unindex(h)
+
+    def _a_clear(self) -> None:
+        self.coord.clear_index()
+
+    def _a_kv_alloc(self, k: int) -> None:
+        n = self.config.kv_units
+        if not self.coord.ensure_free_units(n):
+            return
+        units = self.pool.reserve_units(n, (KV_OWNER, k))
+        if units is not None:
+            self.kv_held[k] = units
+
+    def _a_kv_free(self, k: int) -> None:
+        self.pool.release_units(self.kv_held.pop(k), (KV_OWNER, k))
+
+    def _a_take_offload(self) -> None:
+        for op, _units in self.coord.take_offload_stores(self.config.max_offload_inflight):
+            self.ops.append(op)
+
+    def _a_acquire(self, h: int) -> None:
+        got = self.coord.acquire_checkpoint_source(h, max_inflight=self.config.max_offload_inflight)
+        if got is not None:
+            self.ops.append(got[0])
+
+    def _a_release_source(self, i: int) -> None:
+        self.coord.release_offload_store_source(self.ops[i])
+
+    def _a_settle(self, i: int) -> None:
+        op = self.ops.pop(i)
+        self.coord.was_reclaimed(op)
+        self.coord.settle_offload_store(op)
+        self.stale_op = op
+
+    def _a_late_report(self) -> None:
+        op = self.stale_op
+        assert op is not None
+        self.stale_op = None
+        self.coord.release_offload_store_source(op)
+        self.coord.settle_offload_store(op)
+
+    def _a_tick(self) -> None:
+        self.clock.now += self.config.timeout_s
+
+    def _a_reclaim(self) -> None:
+        self.coord.reclaim_stale_offload_pins(self.config.timeout_s)
+        # Ops the store no longer holds become stale handles of the environment.
+        live = self.coord.store.snapshot().offload_pins
+        for op in [o for o in self.ops if o not in live]:
+            self.ops.remove(op)
+            self.stale_op = op
+
+    def _a_reserve_transfer(self) -> None:
+        owner = ("load", self.next_owner)
+        self.next_owner += 1
+        if self.coord.reserve_transfer_units(owner) is not None:
+            self.owners.append(owner)
+
+    def _a_release_transfer(self, i: int) -> None:
+        owner = self.owners.pop(i)
+        self.coord.release_transfer_units(owner)
+        self.stale_owner = owner
+
+    def _a_adopt(self, i: int, h: int) -> None:
+        owner = self.owners.pop(i)
+        self.coord.adopt_transfer_units(owner, h)
+        self.stale_owner = owner
+
+    def _a_late_release_transfer(self) -> None:
+        owner = self.stale_owner
+        self.stale_owner = None
+        self.coord.release_transfer_units(owner)
+
+    def _a_reserve_midstep(self, s: int, h: int) -> None:
+        self.scratch_res.extend(self.coord.reserve_midstep(self.seqs[s], [(0, h)]))
+
+    def _a_publish_midstep(self, i: int) -> None:
+        res = self.scratch_res.pop(i)
+        self.coord.publish_midstep([res])
+
+    def _a_cancel_midstep(self, i: int) -> None:
+        res = self.scratch_res.pop(i)
+        self.coord.cancel_midstep([res])
+
+    # -- views ---------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """The coordinator's snapshot."""
+        return self.coord.snapshot()
+
+    def key(self) -> tuple[Any, ...]:
+        """The canonical form used for the visited set.
+
+        Abstracts away what no transition reads: counters, the change log, the forfeit
+        memory (read only by the query ``was_reclaimed``), the clock's absolute value (only
+        whether each offload pin is past the timeout), dirty marks, stale handles' identity,
+        checkpoint ids (a record is named by its first unit, which is unique while it
+        lives) and transfer-owner generations. Hashes are relabelled by first appearance
+        (pool order, then the rest), which is sound because every action treats hashes
+        symmetrically: equal keys imply states equal up to a renaming of hashes.
+        """
+        return _key(self)
+
+    def drain_problems(self) -> list[str]:
+        """Drive a copy of this world to quiescence and report what did not come back.
+
+        The drain releases every lease, scratch reservation, pending boundary and KV unit,
+        settles every offload report, releases every transfer, clears the index and
+        completes two batches. Afterwards every unit must be free and nothing pinned,
+        pending, queued or in flight (no leak, no stuck pin).
+        """
+        w = self.clone()
+        c = w.coord
+        try:
+            for lease in list(w.leases):
+                c.release_suspended_restore(lease)
+            w.leases.clear()
+            if w.scratch_res:
+                c.cancel_midstep(list(w.scratch_res))
+                w.scratch_res.clear()
+            for s in w.seqs:
+                c.forget_pending(s)
+            for op in list(w.ops):
+                c.settle_offload_store(op)
+            w.ops.clear()
+            for owner in list(w.owners):
+                c.release_transfer_units(owner)
+            w.owners.clear()
+            for k, units in list(w.kv_held.items()):
+                w.pool.release_units(units, (KV_OWNER, k))
+            w.kv_held.clear()
+            c.clear_index()
+            for _ in range(3):
+                c.take_checkpoint_ops()
+                c.complete_previous_batch()
+            c.clear_index()
+            c.complete_previous_batch()
+        except PagedStateError as exc:
+            return [f"the drain raised {type(exc).__name__}: {exc}"]
+        s = c.snapshot()
+        out = []
+        if len(s.free) != s.num_units:
+            out.append(f"drain left {s.num_units - len(s.free)} unit(s) in use: {dict(s.tags)}")
+        if s.records:
+            out.append(f"drain left records {dict(s.records)}")
+        if s.offload_pins:
+            out.append(f"drain left offload pins {dict(s.offload_pins)}")
+        for name in ("pending", "index", "queued_restores", "inflight_restores", "suspended",
+                     "inflight_stores", "pending_boundaries", "scratch_queued",
+                     "scratch_issued", "scratch_reserved", "transfers"):
+            if getattr(s, name):
+                out.append(f"drain left {name}: {getattr(s, name)!r}")
+        return out
+
+
+def _key(w: World) -> tuple[Any, ...]:
+    coord = w.coord
+    store = coord.store
+    pool = store.pool
+    hmap: dict[int, int] = {}
+
+    def ch(h: int) -> int:
+        v = hmap.get(h)
+        if v is None:
+            v = hmap[h] = len(hmap)
+        return v
+
+    omap: dict[Hashable, int] = {}
+
+    def co(owner: Hashable) -> int:
+        v = omap.get(owner)
+        if v is None:
+            v = omap[owner] = len(omap)
+        return v
+
+    records = store.records
+    first: dict[int, int] = {cid: r.unit_ids[0] for cid, r in records.items()}
+
+    def rid(cid: int) -> int:
+        # Stale references (released records) read as -1.
+        return first.get(cid, -1)
+
+    units: list[Any] = []
+    tags = pool._tags
+    for u in range(pool.num_units):
+        tag = tags.get(u)
+        if tag is None:
+            units.append(None)
+            continue
+        owner, piece = tag
+        if isinstance(owner, tuple) and owner and owner[0] == CHECKPOINT_OWNER:
+            cid = owner[1]
+            rec = records.get(cid)
+            if rec is None:
+                units.append(("c?", piece))
+            elif piece == 0:
+                units.append((ch(rec.prefix_hash), rec.phase, rec.pin_count))
+            else:
+                units.append(piece)
+        elif isinstance(owner, tuple) and owner and owner[0] == TRANSFER_OWNER:
+            units.append(("t", co(owner[1]), piece))
+        else:
+            units.append(("o", co(owner), piece))
+    ops = store._offload_pins
+    now = w.clock.now
+    timeout = w.config.timeout_s
+    # Operation generations matter only relative to each other (they link the
+    # environment's handles to the store's pins); forfeit memory is read only by
+    # ``was_reclaimed``, a query no transition depends on, so it is left out.
+    gens = sorted({op.generation for op in ops} | {op.generation for op in w.ops})
+    grank = {g: i for i, g in enumerate(gens)}
+
+    def cop(op: StateStoreOperationId) -> tuple[int, int]:
+        return (ch(op.prefix_hash), grank[op.generation])
+
+    return (
+        tuple(units),
+        tuple(sorted((ch(h), rid(c)) for h, c in store.hash_to_checkpoint.items())),
+        tuple(sorted((ch(h), rid(c)) for h, c in store._pending_by_hash.items())),
+        tuple(rid(c) for c in store._lru),
+        tuple(rid(c) for c in store._inflight_stores),
+        tuple((rid(c), op.dst_slot) for c, op in store._queued_restores),
+        tuple((rid(c), op.dst_slot) for c, op in store._inflight_restores),
+        tuple(sorted((rid(c), op.dst_slot) for c, op in store._suspended.values())),
+        store._offload_sink,
+        tuple(rid(c) for c in store._offload_ready),
+        tuple(
+            sorted(
+                (cop(op), rid(p.checkpoint_id), p.source_released, p.reclaimable,
+                 p.pinned_at <= now - timeout)
+                for op, p in ops.items()
+            )
+        ),
+        tuple((s.index, ch(h)) for (_sid, _h), (s, h) in coord._pending.items()),
+        tuple(sorted((co(o), u[0]) for o, u in coord._transfer_units.items())),
+        tuple(sorted(coord._scratch_reserved)),
+        tuple((ch(h), slot) for h, slot in coord._scratch_queued),
+        tuple(coord._scratch_issued),
+        # environment
+        tuple(sorted(w.kv_held)),
+        tuple((rid(lease.checkpoint_id), lease.op.dst_slot) for lease in w.leases),
+        w.spent_lease is not None,
+        tuple(cop(op) for op in w.ops),
+        w.stale_op is not None,
+        tuple(co(o) for o in w.owners),
+        w.stale_owner is not None,
+        tuple((slot, ch(h)) for slot, _pos, h in w.scratch_res),
+    )
