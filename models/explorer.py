@@ -29,7 +29,7 @@ from typing import Any
 
 import attrs
 
-from pagedstate.spec.errors import PagedStateError
+from pagedstate.spec.errors import IllegalTransitionError, PagedStateError, PinUnderflowError
 from pagedstate.spec.snapshot import Snapshot, check_invariants, check_step_invariants
 from pagedstate.spec.tables import TABLES
 
@@ -60,6 +60,7 @@ CONFIGS: Mapping[str, Config] = {
             seqs=2,
             kv_owners=1,
             offload=True,
+            max_offload_inflight=2,
             leases=True,
             transfers=1,
             scratch_slots=1,
@@ -75,6 +76,7 @@ CONFIGS: Mapping[str, Config] = {
             seqs=2,
             kv_owners=1,
             offload=True,
+            max_offload_inflight=2,
             leases=True,
             transfers=1,
             scratch_slots=1,
@@ -395,6 +397,9 @@ def explore(
             name, args = action
             try:
                 nxt.act(name, *args)
+            except (IllegalTransitionError, PinUnderflowError) as exc:
+                # The model broke its own table: no environment action may cause this.
+                return fail("Table", type(exc).__name__, str(exc), key, action)
             except PagedStateError as exc:
                 report.rejected += 1
                 # The store must be exactly as before; the environment may have spent a
@@ -424,6 +429,8 @@ def explore(
                 return fail("Step invariant", iname, msg, key, action)
             for iname, msg in check_invariants(nsnap):
                 return fail("Invariant", iname, msg, nkey, None)
+            for msg in nxt.problems():
+                return fail("Invariant", "environment_agreement", msg, nkey, None)
             if check_drain:
                 problems = nxt.drain_problems()
                 if problems:

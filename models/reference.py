@@ -121,7 +121,7 @@ class UnitPool:
         self._dirty: set[int] = set()
 
     def clone(self) -> UnitPool:
-        c = UnitPool.__new__(UnitPool)
+        c = type(self).__new__(type(self))
         c.num_units = self.num_units
         c._free = set(self._free)
         c._tags = dict(self._tags)
@@ -351,7 +351,7 @@ class PageUnitCheckpointStore(_Stepper):
 
     def clone(self, pool: UnitPool | None = None) -> PageUnitCheckpointStore:
         """A deep copy sharing nothing mutable (the clock and row sink are shared)."""
-        c = PageUnitCheckpointStore.__new__(PageUnitCheckpointStore)
+        c = type(self).__new__(type(self))
         c.__dict__.update(self.__dict__)
         c.pool = pool if pool is not None else self.pool.clone()
         c.records = {k: r.copy() for k, r in self.records.items()}
@@ -993,6 +993,8 @@ class PagedStateCheckpointCoordinator(_Stepper):
     """
 
     successor_room = 0.0
+    #: The store class the coordinator builds (a subclass, for planted-bug tests).
+    store_class: type[PageUnitCheckpointStore] = PageUnitCheckpointStore
 
     def __init__(
         self,
@@ -1010,7 +1012,7 @@ class PagedStateCheckpointCoordinator(_Stepper):
         self.enabled = bool(enabled)
         self.readable_midstep = bool(readable_midstep)
         self.offload = offload
-        self.store = PageUnitCheckpointStore(
+        self.store = self.store_class(
             pool,
             spec,
             offload_sink=offload is not None,
@@ -1042,7 +1044,7 @@ class PagedStateCheckpointCoordinator(_Stepper):
     def clone(self) -> PagedStateCheckpointCoordinator:
         """A deep copy (the scratch pool must offer ``clone()``; the offload index, clock and
         row sink are shared)."""
-        c = PagedStateCheckpointCoordinator.__new__(PagedStateCheckpointCoordinator)
+        c = type(self).__new__(type(self))
         c.__dict__.update(self.__dict__)
         c.store = self.store.clone()
         if self._scratch is not None:

@@ -168,11 +168,15 @@ class World:
         self.leases: list[SuspendedCheckpointRestore] = []
         self.spent_lease: SuspendedCheckpointRestore | None = None
         self.ops: list[StateStoreOperationId] = []
+        self.lease_ops: frozenset[StateStoreOperationId] = frozenset()
         self.stale_op: StateStoreOperationId | None = None
         self.owners: list[Hashable] = []
         self.stale_owner: Hashable | None = None
         self.next_owner = 0
         self.scratch_res: list[tuple[int, int, int]] = []
+        # Unit tuples the copy launches of drained batches still touch (store targets and
+        # restore sources), until the next completion: the GPU's view of the store.
+        self.in_flight_units: tuple[tuple[int, ...], ...] = ()
 
     def clone(self) -> World:
         """A deep copy of the world; the coordinator's clock is re-pointed at the copy's."""
@@ -215,7 +219,12 @@ class World:
             out.append(("unindex", (h,)))
         out.append(("clear", ()))
         for k in range(c.kv_owners):
-            out.append(("kv_free", (k,)) if k in self.kv_held else ("kv_alloc", (k,)))
+            if k in self.kv_held:
+                out.append(("kv_free", (k,)))
+                if c.kv_units >= 2:
+                    out.append(("kv_partial_free", (k,)))
+            else:
+                out.append(("kv_alloc", (k,)))
         if c.offload:
             out.append(("take_offload", ()))
             out.append(("tick", ()))
@@ -252,10 +261,13 @@ class World:
         return getattr(self, "_a_" + name)(*args)
 
     def _a_drain(self) -> Any:
-        return self.coord.take_checkpoint_ops()
+        stores, restores = self.coord.take_checkpoint_ops()
+        self.in_flight_units += tuple(op.unit_ids for op in (*stores, *restores))
+        return stores, restores
 
     def _a_complete(self) -> None:
         self.coord.complete_previous_batch()
+        self.in_flight_units = ()
 
     def _a_checkpoint(self, s: int, h: int) -> None:
         self.coord.checkpoint(self.seqs[s], 1, h)
@@ -287,7 +299,7 @@ class World:
         lease = self.spent_lease
         assert lease is not None
         self.spent_lease = None
-        self.coord.resume_suspended_restore(lease)
+        self.coord.release_suspended_restore(lease)
 
     def _a_unindex(self, h: int) -> None:
         self.coord.unindex(h)
@@ -306,6 +318,10 @@ class World:
     def _a_kv_free(self, k: int) -> None:
         self.pool.release_units(self.kv_held.pop(k), (KV_OWNER, k))
 
+    def _a_kv_partial_free(self, k: int) -> None:
+        # Bad input: names only the first unit of the reservation (G9 refuses it).
+        self.pool.release_units(self.kv_held[k][:1], (KV_OWNER, k))
+
     def _a_take_offload(self) -> None:
         for op, _units in self.coord.take_offload_stores(self.config.max_offload_inflight):
             self.ops.append(op)
@@ -314,12 +330,14 @@ class World:
         got = self.coord.acquire_checkpoint_source(h, max_inflight=self.config.max_offload_inflight)
         if got is not None:
             self.ops.append(got[0])
+            self.lease_ops = self.lease_ops | {got[0]}
 
     def _a_release_source(self, i: int) -> None:
         self.coord.release_offload_store_source(self.ops[i])
 
     def _a_settle(self, i: int) -> None:
         op = self.ops.pop(i)
+        self.lease_ops = self.lease_ops - {op}
         self.coord.was_reclaimed(op)
         self.coord.settle_offload_store(op)
         self.stale_op = op
@@ -336,9 +354,11 @@ class World:
 
     def _a_reclaim(self) -> None:
         self.coord.reclaim_stale_offload_pins(self.config.timeout_s)
-        # Ops the store no longer holds become stale handles of the environment.
-        live = self.coord.store.snapshot().offload_pins
-        for op in [o for o in self.ops if o not in live]:
+        # Offload ops the store retired become stale handles of the environment. Leases
+        # are never reclaimed: the environment keeps them, and `problems` reports a lease
+        # the store dropped.
+        live = self.coord.store._offload_pins
+        for op in [o for o in self.ops if o not in live and o not in self.lease_ops]:
             self.ops.remove(op)
             self.stale_op = op
 
@@ -393,6 +413,39 @@ class World:
         """
         return _key(self)
 
+    def problems(self) -> list[str]:
+        """Agreement between the environment and the store: every handle the environment
+        holds (offload op or lease awaiting its report, suspended-restore lease, transfer
+        reservation, scratch reservation, KV units) is still live in the store."""
+        store = self.coord.store
+        out = []
+        for op in self.ops:
+            if op not in store._offload_pins:
+                out.append(f"the environment still holds {op} but the store dropped it")
+        for lease in self.leases:
+            if lease.lease_id not in store._suspended:
+                out.append(f"suspended-restore lease {lease.lease_id} is no longer live")
+        for owner in self.owners:
+            if owner not in self.coord._transfer_units:
+                out.append(f"transfer reservation {owner!r} vanished")
+        for slot, _pos, _h in self.scratch_res:
+            if slot not in self.coord._scratch_reserved:
+                out.append(f"scratch reservation of slot {slot} vanished")
+        for units in self.in_flight_units:
+            tag = self.pool.owner_of(units[0])
+            owner = tag[0] if tag is not None else None
+            if tag is None or not (
+                isinstance(owner, tuple) and owner[0] == CHECKPOINT_OWNER and owner[1] in
+                store.records and store.records[owner[1]].unit_ids == units
+            ):
+                out.append(f"units {units} are read or written by an in-flight copy but belong"
+                           f" to {tag!r}")
+        for k, units in self.kv_held.items():
+            for piece, u in enumerate(units):
+                if self.pool.owner_of(u) != ((KV_OWNER, k), piece):
+                    out.append(f"KV unit {u} of tenant {k} is {self.pool.owner_of(u)!r}")
+        return out
+
     def drain_problems(self) -> list[str]:
         """Drive a copy of this world to quiescence and report what did not come back.
 
@@ -415,6 +468,7 @@ class World:
             for op in list(w.ops):
                 c.settle_offload_store(op)
             w.ops.clear()
+            w.lease_ops = frozenset()
             for owner in list(w.owners):
                 c.release_transfer_units(owner)
             w.owners.clear()
@@ -537,4 +591,5 @@ def _key(w: World) -> tuple[Any, ...]:
         tuple(co(o) for o in w.owners),
         w.stale_owner is not None,
         tuple((slot, ch(h)) for slot, _pos, h in w.scratch_res),
+        w.in_flight_units,
     )

@@ -307,16 +307,13 @@ def offload_ops_unique(s: Snapshot) -> list[str]:
 
 
 def backlog_bound(s: Snapshot) -> list[str]:
-    """C16: the nomination backlog stays within its cap; no sink, no nominations and no
-    reclaimable pins (explicit leases are still allowed)."""
+    """C16: the nomination backlog stays within its cap; no sink, no nominations. (Offload
+    ops handed out before the sink was switched off stay until their report.)"""
     out = []
     if len(s.offload_ready) > s.offload_backlog_cap:
         out.append(f"backlog {len(s.offload_ready)} > cap {s.offload_backlog_cap}")
-    if not s.offload_sink:
-        if s.offload_ready:
-            out.append(f"nominations without a sink: {s.offload_ready}")
-        if any(p.reclaimable for p in s.offload_pins.values()):
-            out.append("reclaimable offload pins without a sink")
+    if not s.offload_sink and s.offload_ready:
+        out.append(f"nominations without a sink: {s.offload_ready}")
     return out
 
 
@@ -492,7 +489,36 @@ def dirty_marking(a: Snapshot, b: Snapshot) -> list[str]:
     return out
 
 
+def nominations_accounted(a: Snapshot, b: Snapshot) -> list[str]:
+    """SPEC B.4: a nomination leaves the backlog only by being handed out (a new offload op
+    for its record), as a spent entry (its record is no longer READY), or by overflow
+    (counted). A deferred nomination is never lost."""
+    left = Counter(a.offload_ready) - Counter(b.offload_ready)
+    if not left:
+        return []
+    handed = Counter(
+        p.checkpoint_id for op, p in b.offload_pins.items() if op not in a.offload_pins
+    )
+    overflow = b.offload_nominations_dropped - a.offload_nominations_dropped
+    out = []
+    for cid, n in left.items():
+        rec = a.records.get(cid)
+        spent = rec is None or rec.phase != "READY" or b.records.get(cid) is None or (
+            b.records[cid].phase != "READY"
+        )
+        if spent:
+            continue
+        n -= handed.get(cid, 0)
+        take = min(n, overflow)
+        n -= take
+        overflow -= take
+        if n > 0:
+            out.append(f"nomination of READY checkpoint {cid} vanished from the backlog")
+    return out
+
+
 STEP_INVARIANTS: Mapping[str, StepInvariant] = {
+    "nominations_accounted": nominations_accounted,
     "monotone_identities": monotone_identities,
     "visibility": visibility,
     "pinned_survive": pinned_survive,
