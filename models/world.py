@@ -157,6 +157,9 @@ class World:
             offload_backlog_cap=config.backlog_cap,
             forfeit_bound=config.forfeit_bound,
         )
+        # The pool the store really uses (a mutant coordinator may build its own), so the
+        # environment's KV actions and checks act on it: as `clone` does.
+        self.pool = self.coord.store.pool
         if config.scratch_slots:
             first = config.seqs
             self.coord.attach_midstep_scratch(
