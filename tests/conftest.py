@@ -16,10 +16,12 @@ Shorthand used throughout, as in SPEC section F:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Hashable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from pagedstate.models.reference import (
     PagedStateCheckpointCoordinator,
@@ -289,3 +291,28 @@ def store() -> Any:
 def coord() -> Any:
     """A checked coordinator over P(20) with spec(10, 25), enabled, no tier."""
     return make_coord(20)
+
+
+# -- Hypothesis profiles (CHECKING.md 1.4) ------------------------------------------------
+#
+# ``ci``: fixed inputs (derandomized), no example database, failures print a
+# ``@reproduce_failure`` blob; ``dev``: the library defaults without a deadline;
+# ``fuzz``: a long randomized run for a nightly job or by hand. Pick one with
+# ``HYPOTHESIS_PROFILE=<name>``; otherwise ``ci`` when ``CI`` is set, else ``dev``.
+# Each starts from the library defaults: under ``CI`` Hypothesis has already loaded its
+# built-in ``ci`` profile, which would otherwise leak into ``dev`` and ``fuzz``.
+
+_HYPOTHESIS_DEFAULTS = settings.get_profile("default")
+settings.register_profile(
+    "ci",
+    _HYPOTHESIS_DEFAULTS,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    deadline=None,
+    max_examples=200,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", _HYPOTHESIS_DEFAULTS, max_examples=100, deadline=None)
+settings.register_profile("fuzz", _HYPOTHESIS_DEFAULTS, max_examples=20000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if "CI" in os.environ else "dev"))

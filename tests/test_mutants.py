@@ -1,0 +1,236 @@
+"""Planted bugs: the explorer must find every mutant of :mod:`pagedstate.models.mutants`.
+
+For each mutant the test runs the breadth-first explorer over :data:`MUTANT_CONFIG` and
+asserts the exact shortest trace, the kind of check that broke and its name. The expected
+traces were produced by the explorer and then checked by hand (and the check is repeated
+here): replayed on a fresh world over the mutant, every check passes until the last step,
+where the named check fails; replayed on the reference model, every check passes after every
+step (a step the reference refuses changes nothing). A checker that cannot fail checks
+nothing; a trace that breaks the reference too would blame the wrong model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+
+from pagedstate.models import explorer
+from pagedstate.models.explorer import CONFIGS, explore
+from pagedstate.models.mutants import MUTANTS
+from pagedstate.models.world import Action, Config, World
+from pagedstate.spec import check_invariants, check_step_invariants
+from pagedstate.spec.errors import IllegalTransitionError, PagedStateError, PinUnderflowError
+
+#: ``tiny`` with a second pool unit per KV allocation (which enables the partial-release
+#: action, SPEC G9) and one more pool unit. Named, so a violation's snippet can build it.
+MUTANT_CONFIG: Config = attrs.evolve(CONFIGS["tiny"], name="tiny-kv2", kv_units=2, units=4)
+
+#: Distinct-state bound for each mutant's search (each is found far below it).
+MAX_STATES = 50_000
+
+_ADOPT_1 = (("reserve_transfer", ()), ("adopt", (0, 1)))
+
+#: mutant name -> (violation kind, check name, shortest trace).
+EXPECTED: dict[str, tuple[str, str, tuple[Action, ...]]] = {
+    # The drain's begin_store publishes record 0 READY before its batch ran.
+    "publish_at_begin": (
+        "Step invariant",
+        "visibility",
+        (("checkpoint", (0, 1)), ("drain", ())),
+    ),
+    # The drain takes the restore and drops its pin; unindex then frees the unit the
+    # in-flight gather still reads.
+    "unpin_restore_at_take": (
+        "Invariant",
+        "environment_agreement",
+        (*_ADOPT_1, ("begin_restore", (0, 1)), ("drain", ()), ("unindex", (1,))),
+    ),
+    # Pool full (COPYING h1, two KV units, READY h2 pinned by a queued restore): a transfer
+    # reservation evicts the pinned h2 image.
+    "evict_pinned": (
+        "Step invariant",
+        "pinned_survive",
+        (
+            ("checkpoint", (0, 1)),
+            ("drain", ()),
+            ("kv_alloc", (0,)),
+            ("reserve_transfer", ()),
+            ("adopt", (0, 2)),
+            ("begin_restore", (0, 2)),
+            ("reserve_transfer", ()),
+        ),
+    ),
+    # The COPYING record is nominated at begin_store; handing it to the tier is refused by
+    # the record table (no pin_offload from COPYING).
+    "nominate_copying": (
+        "Table",
+        "IllegalTransitionError",
+        (("checkpoint", (0, 1)), ("drain", ()), ("take_offload", ())),
+    ),
+    # A late report of the settled lease (generation 1) retires the live lease of the same
+    # hash (generation 2) the environment still holds.
+    "settle_by_bare_hash": (
+        "Invariant",
+        "environment_agreement",
+        (
+            *_ADOPT_1,
+            ("acquire", (1,)),
+            ("settle", (0,)),
+            ("acquire", (1,)),
+            ("late_report", ()),
+        ),
+    ),
+    # The stale-pin reclaimer drops an explicit lease past the timeout.
+    "reclaim_lease": (
+        "Invariant",
+        "environment_agreement",
+        (*_ADOPT_1, ("acquire", (1,)), ("tick", ()), ("reclaim", ())),
+    ),
+    # Record 1 (h2) is nominated, then leased; take_offload defers it (its hash is in
+    # flight) and the mutant loses the nomination instead of putting it back.
+    "drop_deferred_nomination": (
+        "Step invariant",
+        "nominations_accounted",
+        (
+            ("checkpoint", (0, 1)),
+            ("checkpoint", (1, 2)),
+            ("drain", ()),
+            ("complete", ()),
+            ("acquire", (2,)),
+            ("take_offload", ()),
+        ),
+    ),
+    # A second boundary of sequence 0 does not supersede the first.
+    "supersede_keeps_older": (
+        "Invariant",
+        "coordinator_pending",
+        (("checkpoint", (0, 1)), ("checkpoint", (0, 2))),
+    ),
+    # A lease holds record 0 with pin_count 0.
+    "lease_without_pin": (
+        "Invariant",
+        "pin_accounting",
+        (*_ADOPT_1, ("acquire", (1,))),
+    ),
+    # The pool accepts a release of one unit of a two-unit KV reservation.
+    "partial_release_accepted": (
+        "Invariant",
+        "environment_agreement",
+        (("kv_alloc", (0,)), ("kv_partial_free", (0,))),
+    ),
+    # A resumed lease is released again and drops the pin of the re-queued restore.
+    "lease_reusable": (
+        "Invariant",
+        "pin_accounting",
+        (
+            *_ADOPT_1,
+            ("begin_restore", (0, 1)),
+            ("suspend", (0,)),
+            ("resume", (0,)),
+            ("reuse_lease", ()),
+        ),
+    ),
+    # A second restore into slot 0 is queued beside the first.
+    "two_restores_one_slot": (
+        "Invariant",
+        "one_restore_per_slot",
+        (*_ADOPT_1, ("begin_restore", (0, 1)), ("begin_restore", (0, 1))),
+    ),
+    # The drain cancels the queued restore, the pin stays, the image never goes.
+    "cancel_keeps_pin": (
+        "Liveness",
+        "drain",
+        (*_ADOPT_1, ("begin_restore", (0, 1))),
+    ),
+    # unindex releases record 0 under the queued restore's pin.
+    "unindex_releases_pinned": (
+        "Step invariant",
+        "pinned_survive",
+        (*_ADOPT_1, ("begin_restore", (0, 1)), ("unindex", (1,))),
+    ),
+}
+
+
+def _checks(world: World, before: Any) -> dict[str, list[str]]:
+    """Every check the explorer runs after a step, by the name it reports."""
+    after = world.snapshot()
+    out: dict[str, list[str]] = {}
+    for name, msg in [*check_step_invariants(before, after), *check_invariants(after)]:
+        out.setdefault(name, []).append(msg)
+    if problems := world.problems():
+        out["environment_agreement"] = problems
+    if problems := world.drain_problems():
+        out["drain"] = problems
+    return out
+
+
+def _replay_reference(trace: tuple[Action, ...]) -> list[PagedStateError]:
+    """Replay ``trace`` on the reference model; every check passes after every step, and a
+    step the reference refuses changes nothing. Returns the refusals, in order."""
+    world = MUTANT_CONFIG.build()
+    refused = []
+    for i, (name, args) in enumerate(trace):
+        before = world.snapshot()
+        try:
+            world.act(name, *args)
+        except PagedStateError as exc:
+            assert world.snapshot() == before, f"step {i + 1} {name}{args} raised and changed state"
+            refused.append(exc)
+            continue
+        assert _checks(world, before) == {}, f"reference, step {i + 1} {name}{args}"
+    return refused
+
+
+def _replay_mutant(mutant: str, kind: str, check: str, trace: tuple[Action, ...]) -> None:
+    """Replay ``trace`` on a fresh world over the mutant: clean until the last step, where
+    the named check breaks."""
+    world = MUTANT_CONFIG.build(MUTANTS[mutant].coordinator)
+    *prefix, (last, last_args) = trace
+    for i, (name, args) in enumerate(prefix):
+        before = world.snapshot()
+        world.act(name, *args)
+        assert _checks(world, before) == {}, f"mutant, step {i + 1} {name}{args}"
+    before = world.snapshot()
+    if kind == "Table":
+        with pytest.raises((IllegalTransitionError, PinUnderflowError)) as info:
+            world.act(last, *last_args)
+        assert type(info.value).__name__ == check
+        return
+    world.act(last, *last_args)
+    broken = _checks(world, before)
+    assert check in broken, f"{check} holds after the last step; broken: {broken}"
+    if kind == "Step invariant":
+        assert check in dict(check_step_invariants(before, world.snapshot()))
+
+
+def test_enough_mutants() -> None:
+    assert len(MUTANTS) >= 10
+    assert set(EXPECTED) == set(MUTANTS), "every mutant has exactly one expected trace"
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+def test_explorer_finds_mutant(mutant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    kind, check, trace = EXPECTED[mutant]
+
+    report = explore(
+        MUTANT_CONFIG, coordinator_factory=MUTANTS[mutant].coordinator, max_states=MAX_STATES
+    )
+
+    v = report.violation
+    assert v is not None, f"{mutant} not found in {report.distinct} states"
+    assert (v.kind, v.name) == (kind, check), v.message
+    assert v.trace == trace
+    # The trace shows the bug on the mutant, and only there.
+    _replay_mutant(mutant, kind, check, trace)
+    refused = _replay_reference(trace)
+    # The printed snippet is valid Python that replays the trace on the reference model.
+    monkeypatch.setitem(explorer.CONFIGS, MUTANT_CONFIG.name, MUTANT_CONFIG)
+    code = compile(v.snippet(MUTANT_CONFIG.name), f"<snippet {mutant}>", "exec")
+    if refused:
+        # The snippet does not catch errors: it stops where the reference refuses.
+        with pytest.raises(type(refused[0])):
+            exec(code, {})
+    else:
+        exec(code, {})
