@@ -43,11 +43,12 @@ class Mutant:
 
 
 def _coordinator(store_cls: type[PageUnitCheckpointStore]) -> type[PagedStateCheckpointCoordinator]:
-    return type(
-        f"Coordinator_{store_cls.__name__}",
-        (PagedStateCheckpointCoordinator,),
-        {"store_class": store_cls},
-    )
+    name = f"Coordinator{store_cls.__name__}"
+    cls = type(name, (PagedStateCheckpointCoordinator,), {"store_class": store_cls})
+    # A module-level name, so worlds over a mutant pickle (the parallel explorer sends them
+    # between processes).
+    globals()[name] = cls
+    return cls
 
 
 # 1. SCENARIOS S1 / SPEC F.1: the record is READY (findable) before its batch ran.
@@ -198,7 +199,9 @@ class _TwoRestoresOneSlot(PageUnitCheckpointStore):
 # 13. SPEC B.3 row 6: cancelling a queued restore forgets to release its pin.
 class _CancelKeepsPin(PageUnitCheckpointStore):
     def cancel_queued_restore(self, dst_slot: int) -> None:
-        self._queued_restores = [(c, op) for c, op in self._queued_restores if op.dst_slot != dst_slot]
+        self._queued_restores = [
+            (c, op) for c, op in self._queued_restores if op.dst_slot != dst_slot
+        ]
 
 
 # 14. SPEC B.3 row 10: unindex releases a pinned READY record at once.
@@ -217,32 +220,71 @@ class _UnindexReleasesPinned(PageUnitCheckpointStore):
 MUTANTS: Mapping[str, Mutant] = {
     m.name: m
     for m in (
-        Mutant("publish_at_begin", "READY at begin_store, before its batch ran (S1, F.1)",
-               _coordinator(_PublishAtBegin)),
-        Mutant("unpin_restore_at_take", "restore pins released at take, not at completion (B.3 r3)",
-               _coordinator(_UnpinAtTake)),
+        Mutant(
+            "publish_at_begin",
+            "READY at begin_store, before its batch ran (S1, F.1)",
+            _coordinator(_PublishAtBegin),
+        ),
+        Mutant(
+            "unpin_restore_at_take",
+            "restore pins released at take, not at completion (B.3 r3)",
+            _coordinator(_UnpinAtTake),
+        ),
         Mutant("evict_pinned", "LRU eviction ignores pins (C.11, S7)", _coordinator(_EvictPinned)),
-        Mutant("nominate_copying", "a COPYING record nominated and handed out (S6)",
-               _coordinator(_NominateCopying)),
-        Mutant("settle_by_bare_hash", "reports matched by hash, not operation (F.40, F.41)",
-               _coordinator(_SettleByHash)),
-        Mutant("reclaim_lease", "the stale-pin reclaimer takes leases too (C.17, F.47)",
-               _coordinator(_ReclaimLease)),
-        Mutant("drop_deferred_nomination", "a deferred nomination is lost (F.35)",
-               _coordinator(_DropDeferred)),
-        Mutant("supersede_keeps_older", "an older pending boundary survives a newer one (S4, F.25)",
-               _KeepOlderBoundary),
-        Mutant("lease_without_pin", "a lease takes no pin; its image is evictable (F.47, C.10)",
-               _coordinator(_LeaseWithoutPin)),
-        Mutant("partial_release_accepted", "release_units accepts part of a reservation (G9)",
-               _PartialReleaseCoordinator),
-        Mutant("lease_reusable", "a suspended-restore lease can be released twice (G3)",
-               _coordinator(_ReusableLease)),
-        Mutant("two_restores_one_slot", "begin_restore ignores a busy destination slot (G4)",
-               _coordinator(_TwoRestoresOneSlot)),
-        Mutant("cancel_keeps_pin", "cancel_queued_restore keeps the pin (B.3 r6, S11)",
-               _coordinator(_CancelKeepsPin)),
-        Mutant("unindex_releases_pinned", "unindex frees a pinned READY record (B.3 r10, S7)",
-               _coordinator(_UnindexReleasesPinned)),
+        Mutant(
+            "nominate_copying",
+            "a COPYING record nominated and handed out (S6)",
+            _coordinator(_NominateCopying),
+        ),
+        Mutant(
+            "settle_by_bare_hash",
+            "reports matched by hash, not operation (F.40, F.41)",
+            _coordinator(_SettleByHash),
+        ),
+        Mutant(
+            "reclaim_lease",
+            "the stale-pin reclaimer takes leases too (C.17, F.47)",
+            _coordinator(_ReclaimLease),
+        ),
+        Mutant(
+            "drop_deferred_nomination",
+            "a deferred nomination is lost (F.35)",
+            _coordinator(_DropDeferred),
+        ),
+        Mutant(
+            "supersede_keeps_older",
+            "an older pending boundary survives a newer one (S4, F.25)",
+            _KeepOlderBoundary,
+        ),
+        Mutant(
+            "lease_without_pin",
+            "a lease takes no pin; its image is evictable (F.47, C.10)",
+            _coordinator(_LeaseWithoutPin),
+        ),
+        Mutant(
+            "partial_release_accepted",
+            "release_units accepts part of a reservation (G9)",
+            _PartialReleaseCoordinator,
+        ),
+        Mutant(
+            "lease_reusable",
+            "a suspended-restore lease can be released twice (G3)",
+            _coordinator(_ReusableLease),
+        ),
+        Mutant(
+            "two_restores_one_slot",
+            "begin_restore ignores a busy destination slot (G4)",
+            _coordinator(_TwoRestoresOneSlot),
+        ),
+        Mutant(
+            "cancel_keeps_pin",
+            "cancel_queued_restore keeps the pin (B.3 r6, S11)",
+            _coordinator(_CancelKeepsPin),
+        ),
+        Mutant(
+            "unindex_releases_pinned",
+            "unindex frees a pinned READY record (B.3 r10, S7)",
+            _coordinator(_UnindexReleasesPinned),
+        ),
     )
 }

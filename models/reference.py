@@ -82,9 +82,14 @@ def _need_int(name: str, value: object, minimum: int | None = None) -> None:
 
 
 def _is_dirtying(owner: Hashable) -> bool:
-    return isinstance(owner, tuple) and len(owner) == 2 and owner[0] in (
-        CHECKPOINT_OWNER,
-        TRANSFER_OWNER,
+    return (
+        isinstance(owner, tuple)
+        and len(owner) == 2
+        and owner[0]
+        in (
+            CHECKPOINT_OWNER,
+            TRANSFER_OWNER,
+        )
     )
 
 
@@ -224,7 +229,9 @@ class UnitPool:
         for piece, u in enumerate(ids):
             self._tags[u] = (new_owner, piece)
 
-    def snapshot_parts(self) -> tuple[frozenset[int], frozenset[int], dict[int, tuple[Hashable, int]]]:
+    def snapshot_parts(
+        self,
+    ) -> tuple[frozenset[int], frozenset[int], dict[int, tuple[Hashable, int]]]:
         return frozenset(self._free), frozenset(self._dirty), dict(self._tags)
 
 
@@ -289,7 +296,9 @@ class _OffloadPin:
         self.reclaimable = reclaimable
 
     def copy(self) -> _OffloadPin:
-        return _OffloadPin(self.checkpoint_id, self.pinned_at, self.source_released, self.reclaimable)
+        return _OffloadPin(
+            self.checkpoint_id, self.pinned_at, self.source_released, self.reclaimable
+        )
 
 
 class PageUnitCheckpointStore(_Stepper):
@@ -527,7 +536,9 @@ class PageUnitCheckpointStore(_Stepper):
         if rec is None:
             return
         if rec.pin_count <= 0:
-            raise PinUnderflowError(f"checkpoint {cid} {kind} pin underflow: no pin left to release")
+            raise PinUnderflowError(
+                f"checkpoint {cid} {kind} pin underflow: no pin left to release"
+            )
         guard = T.NO_GUARD if rec.phase == T.READY else ("last" if rec.pin_count == 1 else "more")
         row = self._step(T.RECORD, rec.phase, f"unpin_{kind}", guard)
         self._apply(cid, rec, row)
@@ -652,8 +663,8 @@ class PageUnitCheckpointStore(_Stepper):
     def cancel_queued_restore(self, dst_slot: int) -> None:
         """Drop every queued restore into ``dst_slot`` and release its pin (SPEC B.3 row 6)."""
         _need_int("dst_slot", dst_slot)
-        keep = []
-        drop = []
+        keep: list[tuple[int, CheckpointRestoreOp]] = []
+        drop: list[tuple[int, CheckpointRestoreOp]] = []
         for cid, op in self._queued_restores:
             (drop if op.dst_slot == dst_slot else keep).append((cid, op))
         self._queued_restores = keep
@@ -713,7 +724,9 @@ class PageUnitCheckpointStore(_Stepper):
         if any(o.dst_slot == op.dst_slot for _, o in self._queued_restores) or any(
             o.dst_slot == op.dst_slot for _, o in self._inflight_restores
         ):
-            raise SlotBusyError(f"slot {op.dst_slot} already has a restore queued or in flight (G4)")
+            raise SlotBusyError(
+                f"slot {op.dst_slot} already has a restore queued or in flight (G4)"
+            )
         self._step(T.LEASE, T.LIVE, "resume")
         self._step(T.RESTORE, T.SUSPENDED, "resume")
         del self._suspended[restore.lease_id]
@@ -765,7 +778,7 @@ class PageUnitCheckpointStore(_Stepper):
                 guard = "pinned" if rec.pin_count > 0 else "unpinned"
             plan.append((cid, rec, self._step(T.RECORD, rec.phase, "clear", guard)))
         had_ready = bool(self.hash_to_checkpoint)
-        for cid, rec, row in plan:
+        for _cid, rec, row in plan:
             rec.phase = row.next
             rec.pin_count += row.pin_delta
         self.hash_to_checkpoint.clear()
@@ -900,8 +913,10 @@ class PageUnitCheckpointStore(_Stepper):
         ``was_reclaimed(op)`` answers True for good (G7). Leases are never reclaimed.
         Returns the number of ops retired; ``timeout_s <= 0`` disables reclaim (returns 0).
         """
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or math.isnan(
-            timeout_s
+        if (
+            isinstance(timeout_s, bool)
+            or not isinstance(timeout_s, (int, float))
+            or math.isnan(timeout_s)
         ):
             raise InvalidArgumentError(f"timeout_s must be a number of seconds, got {timeout_s!r}")
         if timeout_s <= 0 or not self._offload_pins:
@@ -1034,7 +1049,7 @@ class PagedStateCheckpointCoordinator(_Stepper):
         self.checkpoints_orphaned = 0
 
     @property
-    def row_sink(self) -> RowSink | None:  # type: ignore[override]
+    def row_sink(self) -> RowSink | None:
         return self.store.row_sink
 
     @row_sink.setter
@@ -1237,7 +1252,9 @@ class PagedStateCheckpointCoordinator(_Stepper):
             self.checkpoints_kept += 1
         restores = self.store.take_restore_ops()
         if self._scratch_queued:
-            self._take_scratch_stores(self._max_ops_per_batch - len(self._store_ops) - len(restores))
+            self._take_scratch_stores(
+                self._max_ops_per_batch - len(self._store_ops) - len(restores)
+            )
         stores, self._store_ops = self._store_ops, []
         return tuple(stores), restores
 

@@ -55,6 +55,24 @@ class Seq:
     def __repr__(self) -> str:
         return f"Seq({self.index}, slot={self.state_slot})"
 
+    def __reduce__(self) -> tuple[Any, tuple[int, int]]:
+        # Pickled by reference to the process-wide registry: the coordinator keys pending
+        # boundaries by ``id(seq)``, so a world sent to another (forked) process must find
+        # the very same objects there.
+        return (seq, (self.index, self.state_slot))
+
+
+_SEQS: dict[tuple[int, int], Seq] = {}
+
+
+def seq(index: int, state_slot: int) -> Seq:
+    """The one :class:`Seq` for ``(index, state_slot)`` in this process (shared by every world,
+    so traces and pickled worlds agree on identities)."""
+    s = _SEQS.get((index, state_slot))
+    if s is None:
+        s = _SEQS[(index, state_slot)] = Seq(index, state_slot)
+    return s
+
 
 class ManualClock:
     """A clock the environment advances by hand (seconds)."""
@@ -165,7 +183,7 @@ class World:
             self.coord.attach_midstep_scratch(
                 SlotPool(range(first, first + config.scratch_slots)), config.max_ops_per_batch
             )
-        self.seqs = tuple(Seq(i, i) for i in range(config.seqs))
+        self.seqs = tuple(seq(i, i) for i in range(config.seqs))
         # Environment memory.
         self.kv_held: dict[int, list[int]] = {}
         self.leases: list[SuspendedCheckpointRestore] = []
@@ -199,28 +217,57 @@ class World:
     # -- actions ------------------------------------------------------------------------
 
     def actions(self) -> list[Action]:
-        """Every action enabled in this state, in a fixed order."""
+        """Every action enabled in this state, in a fixed order.
+
+        Calls that are certainly no-ops of the reference model here (a drain with nothing to
+        drain, a completion with nothing in flight, an unindex of a hash nobody holds, a
+        clock tick once every pin is past the timeout...) are left out: they could only lead
+        back to this state.
+        """
         c = self.config
         coord = self.coord
+        store = coord.store
         hs = range(1, c.hashes + 1)
-        out: list[Action] = [("drain", ()), ("complete", ())]
+        out: list[Action] = []
+        if coord._pending or store._queued_restores or coord._scratch_queued:
+            out.append(("drain", ()))
+        if (
+            store._inflight_stores
+            or store._inflight_restores
+            or coord._scratch_issued
+            or self.in_flight_units
+        ):
+            out.append(("complete", ()))
+        pending_seqs = {k[0] for k in coord._pending}
+        pending_hashes = {h for _, h in coord._pending.values()}
+        queued_slots = {op.dst_slot for _, op in store._queued_restores}
         for s in range(c.seqs):
+            seq = self.seqs[s]
             for h in hs:
                 out.append(("checkpoint", (s, h)))
-            out.append(("forget", (s,)))
+            if id(seq) in pending_seqs or seq.state_slot in queued_slots:
+                out.append(("forget", (s,)))
             for h in hs:
                 if coord.contains(h):
                     out.append(("begin_restore", (s, h)))
-            if c.suspend and coord.restore_queued_for(s):
+            if c.suspend and seq.state_slot in queued_slots:
                 out.append(("suspend", (s,)))
         for i in range(len(self.leases)):
             out.append(("resume", (i,)))
             out.append(("release_lease", (i,)))
         if self.spent_lease is not None:
             out.append(("reuse_lease", ()))
+        scratch_hashes = {h for h, _ in coord._scratch_queued}
         for h in hs:
-            out.append(("unindex", (h,)))
-        out.append(("clear", ()))
+            if (
+                h in store.hash_to_checkpoint
+                or h in store._pending_by_hash
+                or h in pending_hashes
+                or h in scratch_hashes
+            ):
+                out.append(("unindex", (h,)))
+        if store.records or coord._pending or coord._scratch_queued:
+            out.append(("clear", ()))
         for k in range(c.kv_owners):
             if k in self.kv_held:
                 out.append(("kv_free", (k,)))
@@ -229,9 +276,13 @@ class World:
             else:
                 out.append(("kv_alloc", (k,)))
         if c.offload:
-            out.append(("take_offload", ()))
-            out.append(("tick", ()))
-            out.append(("reclaim", ()))
+            if store._offload_ready:
+                out.append(("take_offload", ()))
+            pins = store._offload_pins.values()
+            if any(p.pinned_at > self.clock.now - c.timeout_s for p in pins):
+                out.append(("tick", ()))
+            if pins:
+                out.append(("reclaim", ()))
         if c.leases:
             for h in hs:
                 if coord.contains(h):
@@ -265,7 +316,9 @@ class World:
 
     def _a_drain(self) -> Any:
         stores, restores = self.coord.take_checkpoint_ops()
-        self.in_flight_units += tuple(op.unit_ids for op in (*stores, *restores))
+        self.in_flight_units += tuple(op.unit_ids for op in stores) + tuple(
+            op.unit_ids for op in restores
+        )
         return stores, restores
 
     def _a_complete(self) -> None:
@@ -438,13 +491,16 @@ class World:
             tag = self.pool.owner_of(units[0])
             owner = tag[0] if tag is not None else None
             if tag is None or not (
-                isinstance(owner, tuple) and owner[0] == CHECKPOINT_OWNER and owner[1] in
-                store.records and store.records[owner[1]].unit_ids == units
+                isinstance(owner, tuple)
+                and owner[0] == CHECKPOINT_OWNER
+                and owner[1] in store.records
+                and store.records[owner[1]].unit_ids == units
             ):
-                out.append(f"units {units} are read or written by an in-flight copy but belong"
-                           f" to {tag!r}")
-        for k, units in self.kv_held.items():
-            for piece, u in enumerate(units):
+                out.append(
+                    f"units {units} are read or written by an in-flight copy but belong to {tag!r}"
+                )
+        for k, held in self.kv_held.items():
+            for piece, u in enumerate(held):
                 if self.pool.owner_of(u) != ((KV_OWNER, k), piece):
                     out.append(f"KV unit {u} of tenant {k} is {self.pool.owner_of(u)!r}")
         return out
@@ -466,8 +522,8 @@ class World:
             if w.scratch_res:
                 c.cancel_midstep(list(w.scratch_res))
                 w.scratch_res.clear()
-            for s in w.seqs:
-                c.forget_pending(s)
+            for sq in w.seqs:
+                c.forget_pending(sq)
             for op in list(w.ops):
                 c.settle_offload_store(op)
             w.ops.clear()
@@ -486,7 +542,7 @@ class World:
             c.complete_previous_batch()
         except PagedStateError as exc:
             return [f"the drain raised {type(exc).__name__}: {exc}"]
-        s = c.snapshot()
+        s: Snapshot = c.snapshot()
         out = []
         if len(s.free) != s.num_units:
             out.append(f"drain left {s.num_units - len(s.free)} unit(s) in use: {dict(s.tags)}")
@@ -494,19 +550,63 @@ class World:
             out.append(f"drain left records {dict(s.records)}")
         if s.offload_pins:
             out.append(f"drain left offload pins {dict(s.offload_pins)}")
-        for name in ("pending", "index", "queued_restores", "inflight_restores", "suspended",
-                     "inflight_stores", "pending_boundaries", "scratch_queued",
-                     "scratch_issued", "scratch_reserved", "transfers"):
+        for name in (
+            "pending",
+            "index",
+            "queued_restores",
+            "inflight_restores",
+            "suspended",
+            "inflight_stores",
+            "pending_boundaries",
+            "scratch_queued",
+            "scratch_issued",
+            "scratch_reserved",
+            "transfers",
+        ):
             if getattr(s, name):
                 out.append(f"drain left {name}: {getattr(s, name)!r}")
         return out
 
 
 def _key(w: World) -> tuple[Any, ...]:
+    # Written for speed: it runs once per generated state.
     coord = w.coord
     store = coord.store
-    pool = store.pool
+    records = store.records
     hmap: dict[int, int] = {}
+    omap: dict[Hashable, int] = {}
+    first: dict[int, int] = {}
+    units: list[Any] = []
+    append = units.append
+    tags = store.pool._tags
+    for u in range(store.pool.num_units):
+        tag = tags.get(u)
+        if tag is None:
+            append(None)
+            continue
+        owner, piece = tag
+        kind = owner[0] if type(owner) is tuple else None
+        if kind == CHECKPOINT_OWNER:
+            if piece:
+                append(piece)
+                continue
+            cid = owner[1]  # type: ignore[index]
+            rec = records.get(cid)
+            if rec is None:
+                append(-1)
+                continue
+            first[cid] = u
+            h = rec.prefix_hash
+            v = hmap.get(h)
+            if v is None:
+                v = hmap[h] = len(hmap)
+            append((v, rec.phase, rec.pin_count))
+        else:
+            o = owner[1] if kind == TRANSFER_OWNER else owner  # type: ignore[index]
+            v = omap.get(o)
+            if v is None:
+                v = omap[o] = len(omap)
+            append((kind == TRANSFER_OWNER, v, piece))
 
     def ch(h: int) -> int:
         v = hmap.get(h)
@@ -514,85 +614,67 @@ def _key(w: World) -> tuple[Any, ...]:
             v = hmap[h] = len(hmap)
         return v
 
-    omap: dict[Hashable, int] = {}
-
     def co(owner: Hashable) -> int:
         v = omap.get(owner)
         if v is None:
             v = omap[owner] = len(omap)
         return v
 
-    records = store.records
-    first: dict[int, int] = {cid: r.unit_ids[0] for cid, r in records.items()}
-
-    def rid(cid: int) -> int:
-        # Stale references (released records) read as -1.
-        return first.get(cid, -1)
-
-    units: list[Any] = []
-    tags = pool._tags
-    for u in range(pool.num_units):
-        tag = tags.get(u)
-        if tag is None:
-            units.append(None)
-            continue
-        owner, piece = tag
-        if isinstance(owner, tuple) and owner and owner[0] == CHECKPOINT_OWNER:
-            cid = owner[1]
-            rec = records.get(cid)
-            if rec is None:
-                units.append(("c?", piece))
-            elif piece == 0:
-                units.append((ch(rec.prefix_hash), rec.phase, rec.pin_count))
-            else:
-                units.append(piece)
-        elif isinstance(owner, tuple) and owner and owner[0] == TRANSFER_OWNER:
-            units.append(("t", co(owner[1]), piece))
-        else:
-            units.append(("o", co(owner), piece))
+    fget = first.get
+    parts: list[Any] = [tuple(units)]
+    # The index and pending maps name live records; a record's first unit determines its
+    # hash, so only the membership needs recording.
+    parts.append(tuple(sorted(fget(c, -1) for c in store.hash_to_checkpoint.values())))
+    parts.append(tuple(sorted(fget(c, -1) for c in store._pending_by_hash.values())))
+    parts.append(tuple([fget(c, -1) for c in store._lru]))
+    parts.append(tuple([fget(c, -1) for c in store._inflight_stores]))
+    q = store._queued_restores
+    parts.append(tuple([(fget(c, -1), op.dst_slot) for c, op in q]) if q else ())
+    q = store._inflight_restores
+    parts.append(tuple([(fget(c, -1), op.dst_slot) for c, op in q]) if q else ())
+    sus = store._suspended
+    parts.append(tuple(sorted((fget(c, -1), op.dst_slot) for c, op in sus.values())) if sus else ())
+    parts.append(store._offload_sink)
+    parts.append(tuple([fget(c, -1) for c in store._offload_ready]))
     ops = store._offload_pins
-    now = w.clock.now
-    timeout = w.config.timeout_s
-    # Operation generations matter only relative to each other (they link the
-    # environment's handles to the store's pins); forfeit memory is read only by
-    # ``was_reclaimed``, a query no transition depends on, so it is left out.
-    gens = sorted({op.generation for op in ops} | {op.generation for op in w.ops})
-    grank = {g: i for i, g in enumerate(gens)}
-
-    def cop(op: StateStoreOperationId) -> tuple[int, int]:
-        return (ch(op.prefix_hash), grank[op.generation])
-
-    return (
-        tuple(units),
-        tuple(sorted((ch(h), rid(c)) for h, c in store.hash_to_checkpoint.items())),
-        tuple(sorted((ch(h), rid(c)) for h, c in store._pending_by_hash.items())),
-        tuple(rid(c) for c in store._lru),
-        tuple(rid(c) for c in store._inflight_stores),
-        tuple((rid(c), op.dst_slot) for c, op in store._queued_restores),
-        tuple((rid(c), op.dst_slot) for c, op in store._inflight_restores),
-        tuple(sorted((rid(c), op.dst_slot) for c, op in store._suspended.values())),
-        store._offload_sink,
-        tuple(rid(c) for c in store._offload_ready),
-        tuple(
-            sorted(
-                (cop(op), rid(p.checkpoint_id), p.source_released, p.reclaimable,
-                 p.pinned_at <= now - timeout)
-                for op, p in ops.items()
+    if ops or w.ops:
+        # Operation generations matter only relative to each other (they link the
+        # environment's handles to the store's pins).
+        gens = sorted({op.generation for op in ops} | {op.generation for op in w.ops})
+        grank = {g: i for i, g in enumerate(gens)}
+        limit = w.clock.now - w.config.timeout_s
+        parts.append(
+            tuple(
+                sorted(
+                    (
+                        ch(op.prefix_hash),
+                        grank[op.generation],
+                        fget(p.checkpoint_id, -1),
+                        p.source_released,
+                        p.reclaimable,
+                        p.pinned_at <= limit,
+                    )
+                    for op, p in ops.items()
+                )
             )
-        ),
-        tuple((s.index, ch(h)) for (_sid, _h), (s, h) in coord._pending.items()),
-        tuple(sorted((co(o), u[0]) for o, u in coord._transfer_units.items())),
-        tuple(sorted(coord._scratch_reserved)),
-        tuple((ch(h), slot) for h, slot in coord._scratch_queued),
-        tuple(coord._scratch_issued),
-        # environment
-        tuple(sorted(w.kv_held)),
-        tuple((rid(lease.checkpoint_id), lease.op.dst_slot) for lease in w.leases),
-        w.spent_lease is not None,
-        tuple(cop(op) for op in w.ops),
-        w.stale_op is not None,
-        tuple(co(o) for o in w.owners),
-        w.stale_owner is not None,
-        tuple((slot, ch(h)) for slot, _pos, h in w.scratch_res),
-        w.in_flight_units,
-    )
+        )
+        parts.append(tuple([(ch(op.prefix_hash), grank[op.generation]) for op in w.ops]))
+    else:
+        parts.append(None)
+    pend = coord._pending
+    parts.append(tuple([(s.index, ch(h)) for s, h in pend.values()]) if pend else ())  # type: ignore[attr-defined]
+    tr = coord._transfer_units
+    parts.append(tuple(sorted((co(o), u[0]) for o, u in tr.items())) if tr else ())
+    parts.append(tuple(sorted(coord._scratch_reserved)))
+    parts.append(tuple([(ch(h), slot) for h, slot in coord._scratch_queued]))
+    parts.append(tuple(coord._scratch_issued))
+    # The environment.
+    parts.append(tuple(sorted(w.kv_held)))
+    parts.append(tuple([(fget(x.checkpoint_id, -1), x.op.dst_slot) for x in w.leases]))
+    parts.append(w.spent_lease is not None)
+    parts.append(w.stale_op is not None)
+    parts.append(tuple([co(o) for o in w.owners]))
+    parts.append(w.stale_owner is not None)
+    parts.append(tuple([(slot, ch(h)) for slot, _pos, h in w.scratch_res]))
+    parts.append(w.in_flight_units)
+    return tuple(parts)

@@ -61,7 +61,8 @@ class Snapshot:
     """Everything observable of a pool, store and (optionally) coordinator.
 
     Pool: ``num_units`` ids ``[0, num_units)``; ``free`` ids; ``dirty`` ids that last held
-    checkpoint or transfer bytes and were not scrubbed since (G10); ``tags`` maps every raw unit to ``(owner, piece)``.
+    checkpoint or transfer bytes and were not scrubbed since (G10); ``tags`` maps every raw
+    unit to ``(owner, piece)``.
     Store: SPEC B.1's structures, ``records`` by checkpoint id; ``queued_restores`` and
     ``inflight_restores`` as ``(cid, dst_slot)``; ``suspended`` as live leases
     ``(lease_id, cid, dst_slot)``; forfeit memory as exact ``forfeited`` ops plus a
@@ -177,7 +178,8 @@ def tag_bijection(s: Snapshot) -> list[str]:
 
 
 def fixed_size(s: Snapshot) -> list[str]:
-    """C4, C23: every record and reservation holds exactly ``units_per_checkpoint`` distinct units."""
+    """C4, C23: every record and reservation holds exactly ``units_per_checkpoint`` distinct
+    units."""
     out = []
     for cid, r in s.records.items():
         if len(r.unit_ids) != s.units_per_checkpoint or len(set(r.unit_ids)) != len(r.unit_ids):
@@ -254,7 +256,9 @@ def evicting_alive(s: Snapshot) -> list[str]:
         if s.index.get(r.prefix_hash) == c or s.pending.get(r.prefix_hash) == c or c in lru:
             out.append(f"EVICTING record {c} is still findable")
         if r.pin_count == 0 and c not in inflight:
-            out.append(f"EVICTING record {c} has no pin and no in-flight store (should be released)")
+            out.append(
+                f"EVICTING record {c} has no pin and no in-flight store (should be released)"
+            )
     return out
 
 
@@ -292,7 +296,10 @@ def readers_reference_live_records(s: Snapshot) -> list[str]:
         ("queued restore", [c for c, _ in s.queued_restores]),
         ("in-flight restore", [c for c, _ in s.inflight_restores]),
         ("suspended restore", [c for _, c, _ in s.suspended]),
-        ("offload source", [p.checkpoint_id for p in s.offload_pins.values() if not p.source_released]),
+        (
+            "offload source",
+            [p.checkpoint_id for p in s.offload_pins.values() if not p.source_released],
+        ),
     ):
         for cid in cids:
             if cid not in s.records:
@@ -385,8 +392,13 @@ def scratch_disjoint(s: Snapshot) -> list[str]:
 def counters_non_negative(s: Snapshot) -> list[str]:
     """Counters never go below zero."""
     names = (
-        "generation", "evictions", "offload_pins_reclaimed", "offload_nominations_dropped",
-        "checkpoints_kept", "checkpoints_dropped", "checkpoints_orphaned",
+        "generation",
+        "evictions",
+        "offload_pins_reclaimed",
+        "offload_nominations_dropped",
+        "checkpoints_kept",
+        "checkpoints_dropped",
+        "checkpoints_orphaned",
     )
     return [f"{n} is negative" for n in names if getattr(s, n) < 0]
 
@@ -422,9 +434,16 @@ def monotone_identities(a: Snapshot, b: Snapshot) -> list[str]:
     """C14: ids, generations and counters never go back; new records take fresh ids."""
     out = []
     for name in (
-        "next_checkpoint_id", "offload_generation", "generation", "evictions",
-        "offload_pins_reclaimed", "offload_nominations_dropped", "forfeit_watermark",
-        "checkpoints_kept", "checkpoints_dropped", "checkpoints_orphaned",
+        "next_checkpoint_id",
+        "offload_generation",
+        "generation",
+        "evictions",
+        "offload_pins_reclaimed",
+        "offload_nominations_dropped",
+        "forfeit_watermark",
+        "checkpoints_kept",
+        "checkpoints_dropped",
+        "checkpoints_orphaned",
     ):
         if getattr(b, name) < getattr(a, name):
             out.append(f"{name} went back from {getattr(a, name)} to {getattr(b, name)}")
@@ -481,8 +500,15 @@ def dirty_marking(a: Snapshot, b: Snapshot) -> list[str]:
     """G10: units that left a checkpoint or a transfer reservation for the free list are dirty."""
     out = []
     for unit, (owner, _) in a.tags.items():
-        if unit in b.free and isinstance(owner, tuple) and owner and owner[0] in (
-            CHECKPOINT_OWNER, TRANSFER_OWNER,
+        if (
+            unit in b.free
+            and isinstance(owner, tuple)
+            and owner
+            and owner[0]
+            in (
+                CHECKPOINT_OWNER,
+                TRANSFER_OWNER,
+            )
         ):
             if unit not in b.dirty:
                 out.append(f"unit {unit} left {owner!r} for the free list but is not dirty")
@@ -503,8 +529,11 @@ def nominations_accounted(a: Snapshot, b: Snapshot) -> list[str]:
     out = []
     for cid, n in left.items():
         rec = a.records.get(cid)
-        spent = rec is None or rec.phase != "READY" or b.records.get(cid) is None or (
-            b.records[cid].phase != "READY"
+        spent = (
+            rec is None
+            or rec.phase != "READY"
+            or b.records.get(cid) is None
+            or (b.records[cid].phase != "READY")
         )
         if spent:
             continue

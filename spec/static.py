@@ -63,7 +63,9 @@ def _reachable(t: Table) -> set[str]:
 def check_reachable(t: Table) -> list[str]:
     """Every phase is reachable from the initial phase."""
     seen = _reachable(t)
-    return [f"{t.machine}: phase {p} is unreachable from {t.initial}" for p in t.phases if p not in seen]
+    return [
+        f"{t.machine}: phase {p} is unreachable from {t.initial}" for p in t.phases if p not in seen
+    ]
 
 
 def check_no_traps(t: Table) -> list[str]:

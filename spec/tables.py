@@ -168,21 +168,54 @@ _record_rows: list[Row] = [
     Row(ABSENT, "begin_store", "-", COPYING, units="reserve", index="pending", note="B.3 row 1"),
     Row(ABSENT, "adopt", "-", READY, units="rekey", index="add", note="B.3 row 13"),
     Row(COPYING, "publish", "-", READY, index="add", note="B.3 row 2: READY only after the batch"),
-    Row(COPYING, "dedup", "-", RELEASED, units="release", index="unpending",
-        note="B.3 row 2, F.12: a READY image for h exists", defensive=True),
-    Row(COPYING, "unindex", "-", EVICTING, index="unpending",
-        note="B.3 row 10: units kept until the in-flight store drains"),
+    Row(
+        COPYING,
+        "dedup",
+        "-",
+        RELEASED,
+        units="release",
+        index="unpending",
+        note="B.3 row 2, F.12: a READY image for h exists",
+        defensive=True,
+    ),
+    Row(
+        COPYING,
+        "unindex",
+        "-",
+        EVICTING,
+        index="unpending",
+        note="B.3 row 10: units kept until the in-flight store drains",
+    ),
     Row(COPYING, "clear", "-", EVICTING, index="unpending", note="B.3 row 11"),
-    Row(EVICTING, "publish", "unpinned", RELEASED, units="release",
-        note="B.3 row 2, G11: release on completion checks pin_count == 0"),
+    Row(
+        EVICTING,
+        "publish",
+        "unpinned",
+        RELEASED,
+        units="release",
+        note="B.3 row 2, G11: release on completion checks pin_count == 0",
+    ),
     Row(EVICTING, "clear", "-", EVICTING, note="B.3 row 11: already unfindable"),
     Row(READY, "unindex", "unpinned", RELEASED, units="release", index="remove", note="B.3 row 10"),
-    Row(READY, "unindex", "pinned", EVICTING, index="remove",
-        note="B.3 row 10: freed when the last pin drops"),
+    Row(
+        READY,
+        "unindex",
+        "pinned",
+        EVICTING,
+        index="remove",
+        note="B.3 row 10: freed when the last pin drops",
+    ),
     Row(READY, "clear", "unpinned", RELEASED, units="release", index="remove", note="B.3 row 11"),
     Row(READY, "clear", "pinned", EVICTING, index="remove", note="B.3 row 11"),
-    Row(READY, "evict", "unpinned", RELEASED, units="release", index="remove",
-        note="B.3 row 12: the only path counted as an eviction"),
+    Row(
+        READY,
+        "evict",
+        "unpinned",
+        RELEASED,
+        units="release",
+        index="remove",
+        note="B.3 row 12: the only path counted as an eviction",
+    ),
     Row(READY, "pin_restore", "-", READY, pin_delta=+1, note="B.3 row 4 (Q)"),
     Row(READY, "pin_offload", "-", READY, pin_delta=+1, note="B.3 rows 15, 17 (O, reclaimable)"),
     Row(READY, "pin_lease", "-", READY, pin_delta=+1, note="B.3 rows 16, 17 (O, lease)"),
@@ -190,14 +223,35 @@ _record_rows: list[Row] = [
     Row(READY, "unpin_offload", "-", READY, pin_delta=-1, note="B.3 rows 18, 19, 21"),
     Row(READY, "unpin_lease", "-", READY, pin_delta=-1, note="B.3 rows 18, 19"),
     Row(EVICTING, "unpin_restore", "more", EVICTING, pin_delta=-1, note="B.3 rows 3, 6, 9"),
-    Row(EVICTING, "unpin_restore", "last", RELEASED, pin_delta=-1, units="release",
-        note="B.3 rows 3, 6, 9: EVICTING with no pin is released at once (C.9)"),
+    Row(
+        EVICTING,
+        "unpin_restore",
+        "last",
+        RELEASED,
+        pin_delta=-1,
+        units="release",
+        note="B.3 rows 3, 6, 9: EVICTING with no pin is released at once (C.9)",
+    ),
     Row(EVICTING, "unpin_offload", "more", EVICTING, pin_delta=-1, note="B.3 rows 18, 19, 21"),
-    Row(EVICTING, "unpin_offload", "last", RELEASED, pin_delta=-1, units="release",
-        note="B.3 rows 18, 19, 21"),
+    Row(
+        EVICTING,
+        "unpin_offload",
+        "last",
+        RELEASED,
+        pin_delta=-1,
+        units="release",
+        note="B.3 rows 18, 19, 21",
+    ),
     Row(EVICTING, "unpin_lease", "more", EVICTING, pin_delta=-1, note="B.3 rows 18, 19"),
-    Row(EVICTING, "unpin_lease", "last", RELEASED, pin_delta=-1, units="release",
-        note="B.3 rows 18, 19"),
+    Row(
+        EVICTING,
+        "unpin_lease",
+        "last",
+        RELEASED,
+        pin_delta=-1,
+        units="release",
+        note="B.3 rows 18, 19",
+    ),
 ]
 
 RECORD = _table("record", (ABSENT, COPYING, READY, EVICTING, RELEASED), (RELEASED,), _record_rows)
@@ -216,17 +270,39 @@ OFFLOAD = _table(
     [
         Row(OP_NONE, "take", "-", PINNED, pin_delta=+1, note="B.3 row 15: nomination handed out"),
         Row(OP_NONE, "acquire", "-", PINNED, pin_delta=+1, note="B.3 row 16: explicit lease"),
-        Row(PINNED, "release_source", "-", SOURCE_RELEASED, pin_delta=-1,
-            note="B.3 row 18: the op stays until its report"),
-        Row(SOURCE_RELEASED, "release_source", "-", SOURCE_RELEASED,
-            note="B.3 row 18: idempotent"),
-        Row(PINNED, "settle", "-", SETTLED, pin_delta=-1,
-            note="B.3 row 19: one-phase terminal (failure or cancel)"),
+        Row(
+            PINNED,
+            "release_source",
+            "-",
+            SOURCE_RELEASED,
+            pin_delta=-1,
+            note="B.3 row 18: the op stays until its report",
+        ),
+        Row(SOURCE_RELEASED, "release_source", "-", SOURCE_RELEASED, note="B.3 row 18: idempotent"),
+        Row(
+            PINNED,
+            "settle",
+            "-",
+            SETTLED,
+            pin_delta=-1,
+            note="B.3 row 19: one-phase terminal (failure or cancel)",
+        ),
         Row(SOURCE_RELEASED, "settle", "-", SETTLED, note="B.3 row 19"),
-        Row(PINNED, "reclaim", "reclaimable", RECLAIMED, pin_delta=-1,
-            note="B.3 row 21: forfeited, remembered (G7)"),
-        Row(SOURCE_RELEASED, "reclaim", "reclaimable", LOST_REPORT,
-            note="B.3 row 21: bytes were read; a late ok report may index"),
+        Row(
+            PINNED,
+            "reclaim",
+            "reclaimable",
+            RECLAIMED,
+            pin_delta=-1,
+            note="B.3 row 21: forfeited, remembered (G7)",
+        ),
+        Row(
+            SOURCE_RELEASED,
+            "reclaim",
+            "reclaimable",
+            LOST_REPORT,
+            note="B.3 row 21: bytes were read; a late ok report may index",
+        ),
     ],
 )
 
@@ -235,7 +311,12 @@ OFFLOAD = _table(
 # begin_restore and resume: a busy slot raises SlotBusyError.
 # ---------------------------------------------------------------------------
 R_NONE, QUEUED, IN_FLIGHT, SUSPENDED, DONE, CANCELLED = (
-    "NONE", "QUEUED", "IN_FLIGHT", "SUSPENDED", "DONE", "CANCELLED",
+    "NONE",
+    "QUEUED",
+    "IN_FLIGHT",
+    "SUSPENDED",
+    "DONE",
+    "CANCELLED",
 )
 
 RESTORE = _table(
@@ -272,7 +353,13 @@ LEASE = _table(
 # ---------------------------------------------------------------------------
 # Transfer reservation (SPEC B.4, D.1 step 12).
 # ---------------------------------------------------------------------------
-T_NONE, RESERVED, T_RELEASED, ADOPTED, DEDUPED = "NONE", "RESERVED", "RELEASED", "ADOPTED", "DEDUPED"
+T_NONE, RESERVED, T_RELEASED, ADOPTED, DEDUPED = (
+    "NONE",
+    "RESERVED",
+    "RELEASED",
+    "ADOPTED",
+    "DEDUPED",
+)
 
 TRANSFER = _table(
     "transfer",
@@ -281,10 +368,23 @@ TRANSFER = _table(
     [
         Row(T_NONE, "reserve", "-", RESERVED, units="reserve", note="D.1 step 12"),
         Row(RESERVED, "release", "-", T_RELEASED, units="release", note="D.1 step 12"),
-        Row(RESERVED, "adopt", "fresh", ADOPTED, units="rekey", index="add",
-            note="B.3 row 13: becomes a READY record, no free window"),
-        Row(RESERVED, "adopt", "duplicate", DEDUPED, units="release",
-            note="B.3 row 13: the hash is READY or pending; incoming units freed"),
+        Row(
+            RESERVED,
+            "adopt",
+            "fresh",
+            ADOPTED,
+            units="rekey",
+            index="add",
+            note="B.3 row 13: becomes a READY record, no free window",
+        ),
+        Row(
+            RESERVED,
+            "adopt",
+            "duplicate",
+            DEDUPED,
+            units="release",
+            note="B.3 row 13: the hash is READY or pending; incoming units freed",
+        ),
     ],
 )
 

@@ -111,7 +111,8 @@ class PagedStateCheckpointSpec:
         keys = set(wire)
         if keys != _WIRE_KEYS:
             raise BadSpecError(
-                f"checkpoint spec wire fields must be exactly {sorted(_WIRE_KEYS)}, got {sorted(map(str, keys))}"
+                f"checkpoint spec wire fields must be exactly {sorted(_WIRE_KEYS)},"
+                f" got {sorted(map(str, keys))}"
             )
         return cls(
             page_unit_bytes=wire["page_unit_bytes"],
