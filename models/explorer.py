@@ -203,9 +203,9 @@ class Violation:
     message: str
     trace: tuple[Action, ...]
 
-    def snippet(self, config_name: str) -> str:
-        """The trace as a runnable Python snippet."""
-        return trace_snippet(config_name, self.trace, f"{self.kind} {self.name}: {self.message}")
+    def snippet(self, config: Config | str) -> str:
+        """The trace as a runnable Python snippet (see :func:`trace_snippet`)."""
+        return trace_snippet(config, self.trace, f"{self.kind} {self.name}: {self.message}")
 
     def to_json(self) -> str:
         """The violation and its trace as JSON."""
@@ -293,20 +293,26 @@ class Report:
             lines.append(f"Shortest trace ({len(v.trace)} steps):")
             lines += [f"  {i + 1}: {n}{tuple(a)}" for i, (n, a) in enumerate(v.trace)]
             lines.append("As Python:")
-            lines.append(v.snippet(c.name))
+            lines.append(v.snippet(c))
             lines.append("As JSON:")
             lines.append(v.to_json())
         return "\n".join(lines)
 
 
-def trace_snippet(config_name: str, trace: Iterable[Action], comment: str = "") -> str:
-    """A runnable Python snippet replaying ``trace`` on a fresh world of the named config."""
+def trace_snippet(config: Config | str, trace: Iterable[Action], comment: str = "") -> str:
+    """A runnable Python snippet replaying ``trace`` on a fresh world of ``config``.
+
+    The configuration is written out in full (its ``repr``), so the snippet also works for a
+    configuration that is not in :data:`CONFIGS`. It replays on the reference model; for a
+    planted bug, pass the mutant's coordinator class to ``build``.
+    """
+    cfg = CONFIGS[config] if isinstance(config, str) else config
     lines = []
     if comment:
         lines.append(f"# {comment}")
     lines += [
-        "from pagedstate.models.explorer import CONFIGS",
-        f"w = CONFIGS[{config_name!r}].build()",
+        "from pagedstate.models.world import Config",
+        f"w = {cfg!r}.build()",
     ]
     lines += [f"w.act({', '.join([repr(n)] + [repr(a) for a in args])})" for n, args in trace]
     lines.append("print(w.snapshot())")

@@ -217,6 +217,17 @@ class _UnindexReleasesPinned(PageUnitCheckpointStore):
         return super().unindex(prefix_hash)
 
 
+# 15. SCENARIOS S14 (LMCache 5090): the terminal report releases the source pin again even
+#     though phase 1 already released it (a double unpin).
+class _DoubleUnpin(PageUnitCheckpointStore):
+    def settle_offload_store(self, op: StateStoreOperationId) -> None:
+        pin = self._offload_pins.get(op)
+        if pin is None:
+            return
+        del self._offload_pins[op]
+        self._unpin(pin.checkpoint_id, "offload" if pin.reclaimable else "lease")
+
+
 MUTANTS: Mapping[str, Mutant] = {
     m.name: m
     for m in (
@@ -285,6 +296,11 @@ MUTANTS: Mapping[str, Mutant] = {
             "unindex_releases_pinned",
             "unindex frees a pinned READY record (B.3 r10, S7)",
             _coordinator(_UnindexReleasesPinned),
+        ),
+        Mutant(
+            "double_unpin_on_settle",
+            "settle releases a source pin that phase 1 already released (S14)",
+            _coordinator(_DoubleUnpin),
         ),
     )
 }

@@ -321,6 +321,10 @@ def backlog_bound(s: Snapshot) -> list[str]:
         out.append(f"backlog {len(s.offload_ready)} > cap {s.offload_backlog_cap}")
     if not s.offload_sink and s.offload_ready:
         out.append(f"nominations without a sink: {s.offload_ready}")
+    for cid in s.offload_ready:
+        r = s.records.get(cid)
+        if r is not None and r.phase == "COPYING":
+            out.append(f"COPYING checkpoint {cid} is nominated for offload (S6)")
     return out
 
 

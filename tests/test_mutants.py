@@ -65,9 +65,9 @@ EXPECTED: dict[str, tuple[str, str, tuple[Action, ...]]] = {
     # The COPYING record is nominated at begin_store; handing it to the tier is refused by
     # the record table (no pin_offload from COPYING).
     "nominate_copying": (
-        "Table",
-        "IllegalTransitionError",
-        (("checkpoint", (0, 1)), ("drain", ()), ("take_offload", ())),
+        "Invariant",
+        "backlog_bound",
+        (("checkpoint", (0, 1)), ("drain", ())),
     ),
     # A late report of the settled lease (generation 1) retires the live lease of the same
     # hash (generation 2) the environment still holds.
@@ -150,6 +150,14 @@ EXPECTED: dict[str, tuple[str, str, tuple[Action, ...]]] = {
         "pinned_survive",
         (*_ADOPT_1, ("begin_restore", (0, 1)), ("unindex", (1,))),
     ),
+    # S14: the terminal report unpins a source phase 1 already released. The drain that
+    # follows the release settles the lease and underflows the pin (with the drain check
+    # off, the table's underflow check catches the same bug one step later, see below).
+    "double_unpin_on_settle": (
+        "Liveness",
+        "drain",
+        (("reserve_transfer", ()), ("adopt", (0, 1)), ("acquire", (1,)), ("release_source", (0,))),
+    ),
 }
 
 
@@ -225,12 +233,35 @@ def test_explorer_finds_mutant(mutant: str, monkeypatch: pytest.MonkeyPatch) -> 
     # The trace shows the bug on the mutant, and only there.
     _replay_mutant(mutant, kind, check, trace)
     refused = _replay_reference(trace)
-    # The printed snippet is valid Python that replays the trace on the reference model.
-    monkeypatch.setitem(explorer.CONFIGS, MUTANT_CONFIG.name, MUTANT_CONFIG)
-    code = compile(v.snippet(MUTANT_CONFIG.name), f"<snippet {mutant}>", "exec")
+    # The printed snippet is valid Python that replays the trace on the reference model; it
+    # spells the configuration out, so it works for one that is not registered in CONFIGS.
+    assert MUTANT_CONFIG.name not in explorer.CONFIGS
+    code = compile(v.snippet(MUTANT_CONFIG), f"<snippet {mutant}>", "exec")
     if refused:
         # The snippet does not catch errors: it stops where the reference refuses.
         with pytest.raises(type(refused[0])):
             exec(code, {})
     else:
         exec(code, {})
+
+
+def test_table_check_catches_double_unpin_without_drain() -> None:
+    """The explorer's own check that the model never breaks its table (an
+    IllegalTransitionError or PinUnderflowError during an environment action) catches a
+    planted bug by itself, with the drain check switched off."""
+    report = explore(
+        MUTANT_CONFIG,
+        coordinator_factory=MUTANTS["double_unpin_on_settle"].coordinator,
+        max_states=MAX_STATES,
+        check_drain=False,
+    )
+    v = report.violation
+    assert v is not None
+    assert (v.kind, v.name) == ("Table", "PinUnderflowError")
+    assert v.trace == (
+        ("reserve_transfer", ()),
+        ("adopt", (0, 1)),
+        ("acquire", (1,)),
+        ("release_source", (0,)),
+        ("settle", (0,)),
+    )
