@@ -63,7 +63,7 @@ check: test
 
 check-only: $(STAMP)
 	$(PY) -m pagedstate.spec.static
-	$(VENV)/bin/pagedstate explore --config default
+	$(VENV)/bin/pagedstate explore --config default --workers 2
 	$(MAKE) --no-print-directory docs-check
 
 explore: $(STAMP)

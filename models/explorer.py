@@ -70,6 +70,7 @@ CONFIGS: Mapping[str, Config] = {
             max_ops_per_batch=2,
             suspend=True,
             backlog_cap=1,
+            max_depth=7,
         ),
         Config(
             name="default",
@@ -86,6 +87,7 @@ CONFIGS: Mapping[str, Config] = {
             max_ops_per_batch=2,
             suspend=True,
             backlog_cap=1,
+            max_depth=10,
         ),
         Config(
             name="wide",
@@ -234,6 +236,9 @@ class Report:
     goals_met: dict[str, int] = attrs.field(factory=dict)
     rejected: int = 0
     violation: Violation | None = None
+    #: Why the search ended: "complete", "depth bound", "state bound", "time bound" or
+    #: "violation" (empty while running).
+    stopped: str = ""
 
     @property
     def states_per_second(self) -> float:
@@ -285,7 +290,7 @@ class Report:
             lines.append(
                 "Model checking completed. No error has been found."
                 if self.complete
-                else "Search stopped at its bound (depth or states). No error has been found."
+                else f"Search stopped at its {self.stopped or 'bound'}. No error has been found."
             )
         else:
             v = self.violation
@@ -337,6 +342,7 @@ def explore(
     *,
     coordinator_factory: Callable[..., PagedStateCheckpointCoordinator] | None = None,
     max_states: int | None = None,
+    max_seconds: float | None = None,
     check_drain: bool = True,
     progress: Callable[[Report], None] | None = None,
 ) -> Report:
@@ -347,6 +353,7 @@ def explore(
         coordinator_factory: build the world over this coordinator class (a mutant, for
             planted-bug tests) instead of the reference.
         max_states: stop after this many distinct states (``None``: no bound).
+        max_seconds: stop after this much wall time (``None``: no bound).
         check_drain: run the drain check in every state.
         progress: called with the running report about once a second.
 
@@ -356,7 +363,7 @@ def explore(
     """
     cfg = CONFIGS[config] if isinstance(config, str) else config
     with _no_gc():
-        return _explore(cfg, coordinator_factory, max_states, check_drain, progress)
+        return _explore(cfg, coordinator_factory, max_states, max_seconds, check_drain, progress)
 
 
 @contextlib.contextmanager
@@ -376,6 +383,7 @@ def _explore(
     cfg: Config,
     coordinator_factory: Callable[..., PagedStateCheckpointCoordinator] | None,
     max_states: int | None,
+    max_seconds: float | None,
     check_drain: bool,
     progress: Callable[[Report], None] | None,
 ) -> Report:
@@ -401,6 +409,7 @@ def _explore(
         return tuple(reversed(steps))
 
     def fail(kind: str, name: str, msg: str, key: Any, last: Action | None) -> Report:
+        report.stopped = "violation"
         report.violation = Violation(kind, name, msg, trace_to(key, last))
         report.seconds = time.perf_counter() - t0
         return report
@@ -428,7 +437,12 @@ def _explore(
         if problems:
             return fail("Liveness", "drain", problems[0], init_key, None)
 
+    deadline = None if max_seconds is None else t0 + max_seconds
     while queue:
+        if deadline is not None and time.perf_counter() >= deadline:
+            report.frontier_left += len(queue)
+            report.stopped = "time bound"
+            break
         world, key, snap, depth = queue.popleft()
         report.depth = max(report.depth, depth)
         if cfg.max_depth is not None and depth >= cfg.max_depth:
@@ -482,6 +496,7 @@ def _explore(
             if max_states is not None and report.distinct >= max_states:
                 report.frontier_left = len(queue)
                 report.seconds = time.perf_counter() - t0
+                report.stopped = "state bound"
                 return report
         if progress is not None:
             now = time.perf_counter()
@@ -490,7 +505,9 @@ def _explore(
                 report.seconds = now - t0
                 report.frontier_left = len(queue)
                 progress(report)
-    report.complete = cfg.max_depth is None or report.frontier_left == 0
+    report.complete = report.frontier_left == 0 and report.stopped == ""
+    if not report.stopped:
+        report.stopped = "complete" if report.complete else "depth bound"
     report.seconds = time.perf_counter() - t0
     return report
 
@@ -520,10 +537,11 @@ def _worker(
     sink: set[tuple[str, int]] = set()
     parents: dict[Any, tuple[Any, Action] | None] = {}
     frontier: list[tuple[World, Any, Snapshot]] = []
-    local: list[tuple[Any, Any, Action | None, World]] = []
+    local: list[tuple[Any, Any, Action | None, World, Snapshot]] = []
     sent: set[Any] = set()
     goal_checks = [(n, pred) for n, (applies, pred) in GOALS.items() if applies(cfg)]
     goals_met: set[str] = set()
+    dropped_at_deadline = [0]
 
     def note_goals(s: Snapshot) -> None:
         for n, pred in list(goal_checks):
@@ -531,19 +549,25 @@ def _worker(
                 goals_met.add(n)
                 goal_checks.remove((n, pred))
 
-    def receive(blobs: list[bytes]) -> tuple[int, Any]:
-        items = list(local)
+    def receive(blobs: list[bytes], deadline: float | None) -> tuple[int, Any]:
+        items: list[Any] = list(local)
         local.clear()
         for blob in blobs:
             items.extend(pickle.loads(blob))
         new = 0
-        for nkey, pkey, action, w in items:
+        for i, item in enumerate(items):
+            if deadline is not None and i % 64 == 0 and time.perf_counter() >= deadline:
+                # Out of time: unchecked states are not counted; they stay on the frontier.
+                dropped_at_deadline[0] += len(items) - i
+                break
+            nkey, pkey, action, w = item[:4]
             if nkey in parents:
                 continue
-            parents[nkey] = None if pkey is None else (pkey, action)  # type: ignore[assignment]
+            parents[nkey] = None if pkey is None else (pkey, action)
             w.coord.row_sink = sink
             new += 1
-            s = w.snapshot()
+            # Local successors carry the snapshot their sender already took.
+            s = item[4] if len(item) > 4 else w.snapshot()
             for iname, msg in check_invariants(s):
                 return new, ("Invariant", iname, msg, nkey, None)
             for msg in w.problems():
@@ -556,13 +580,17 @@ def _worker(
             frontier.append((w, nkey, s))
         return new, None
 
-    def expand() -> tuple[int, int, Any, dict[int, bytes]]:
+    def expand(deadline: float | None) -> tuple[int, int, Any, dict[int, bytes]]:
         generated = rejected = 0
         outbox: dict[int, list[Any]] = {}
         level_keys: set[Any] = set()
         todo = list(frontier)
         frontier.clear()
-        for world, key, snap in todo:
+        for i, (world, key, snap) in enumerate(todo):
+            if deadline is not None and i % 64 == 0 and time.perf_counter() >= deadline:
+                # Out of time: the rest stays queued (reported as the frontier left).
+                frontier.extend(todo[i:])
+                break
             for action in world.actions():
                 nxt = world.clone()
                 name, args = action
@@ -607,7 +635,7 @@ def _worker(
                 nxt.coord.row_sink = None
                 if owner == wid:
                     nxt.coord.row_sink = sink
-                    local.append((nkey, key, action, nxt))
+                    local.append((nkey, key, action, nxt, nsnap))
                 else:
                     sent.add(nkey)
                     outbox.setdefault(owner, []).append((nkey, key, action, nxt))
@@ -621,13 +649,13 @@ def _worker(
         msg = conn.recv()
         op = msg[0]
         if op == "receive":
-            conn.send((*receive(msg[1]), len(frontier)))
+            conn.send((*receive(msg[1], msg[2]), len(frontier) + dropped_at_deadline[0]))
         elif op == "expand":
-            conn.send(expand())
+            conn.send(expand(msg[1]))
         elif op == "parent":
             conn.send(parents.get(msg[1], None))
         elif op == "finish":
-            conn.send((sink, goals_met, len(frontier)))
+            conn.send((sink, goals_met, len(frontier) + dropped_at_deadline[0]))
             return
 
 
@@ -637,6 +665,7 @@ def explore_parallel(
     workers: int = 2,
     coordinator_factory: Callable[..., PagedStateCheckpointCoordinator] | None = None,
     max_states: int | None = None,
+    max_seconds: float | None = None,
     check_drain: bool = True,
     progress: Callable[[Report], None] | None = None,
 ) -> Report:
@@ -694,10 +723,12 @@ def explore_parallel(
     )
     depth = 0
     violation: tuple[Any, ...] | None = None
+    deadline = None if max_seconds is None else t0 + max_seconds
+    out_of_time = False
     try:
         while True:
             for w, c in enumerate(conns):
-                c.send(("receive", inbox[w]))
+                c.send(("receive", inbox[w], deadline))
             sizes = 0
             for c in conns:
                 new, viol, size = c.recv()
@@ -713,13 +744,19 @@ def explore_parallel(
                 progress(report)
             if sizes == 0:
                 report.complete = True
+                report.stopped = "complete"
+                break
+            if out_of_time:
+                report.stopped = "time bound"
                 break
             if max_states is not None and report.distinct >= max_states:
+                report.stopped = "state bound"
                 break
             if cfg.max_depth is not None and depth >= cfg.max_depth:
+                report.stopped = "depth bound"
                 break
             for c in conns:
-                c.send(("expand",))
+                c.send(("expand", deadline))
             inbox = {w: [] for w in range(workers)}
             for c in conns:
                 generated, rejected, viol, blobs = c.recv()
@@ -730,9 +767,11 @@ def explore_parallel(
                     inbox[target].append(blob)
             if violation is not None:
                 break
+            out_of_time = deadline is not None and time.perf_counter() >= deadline
             depth += 1
         if violation is not None:
             kind, name, msg, key, last = violation
+            report.stopped = "violation"
             report.violation = Violation(kind, name, msg, trace_to(key, last))
         left = 0
         for c in conns:
