@@ -7,6 +7,46 @@ every check calls :func:`check_invariants` (state predicates) and
 
 Each invariant is a named function returning a list of problem strings (empty
 when it holds), so a report can say which one broke and why.
+
+Where each of SPEC section C's 24 invariants is checked:
+
+==== =====================================================================================
+C1   :func:`unit_conservation`
+C2   :func:`tag_bijection` (records and transfer reservations)
+C3   :func:`unit_conservation` + :func:`tag_bijection` (a unit has one tag; free units none)
+C4   :func:`fixed_size`; unit ids never change: a record's units are in its tags (C2) and
+     tags of live records are only ever moved by ``rekey`` at adoption
+C5   :func:`ready_set_equality`
+C6   :func:`one_image_per_hash`
+C7   :func:`pending_is_copying`
+C8   :func:`copying_in_flight`
+C9   :func:`evicting_alive`
+C10  :func:`pin_accounting`
+C11  step :func:`pinned_survive`; the shared eligibility rule lives in one predicate of the
+     store (``_is_evictable``) and scenario tests F13-F19 pin its answers
+C12  :func:`readers_reference_live_records`, step :func:`pinned_survive`, and the explorer's
+     environment check that every in-flight copy's units still belong to their record
+C13  step :func:`visibility`
+C14  :func:`identities_ahead`, step :func:`monotone_identities`, step
+     :func:`change_log_exact` (G6 replaces "bumped by unindex even on a miss")
+C15  :func:`offload_ops_unique`
+C16  :func:`backlog_bound`
+C17  the offload table has no reclaim row without the ``reclaimable`` guard; the explorer's
+     environment check fails when a lease it holds disappears (mutant ``reclaim_lease``)
+C18  :func:`forfeit_memory` (G7: exact memory bounded, watermark beyond)
+C19  :func:`tag_bijection` (owners are dict keys, so unique); scenario F50
+C20  :func:`coordinator_pending`
+C21  :func:`scratch_disjoint`; scratch slots come from their own pool, disjoint from
+     request slots by construction (the explorer's worlds use separate ranges)
+C22  per drain, not per state: scenario tests of the scratch budget
+C23  :func:`fixed_size` for records; op fields are built from the spec (scenario tests)
+C24  :class:`~pagedstate.spec.types.PagedStateCheckpointSpec` validation (construction)
+==== =====================================================================================
+
+Section G adds :func:`one_restore_per_slot` (G4), :func:`leases_unique` (G3),
+:func:`dirty_in_pool` and step :func:`dirty_marking` (G10), step
+:func:`change_log_exact` (G6) and step :func:`nominations_accounted` (B.4: a deferred
+nomination is never lost).
 """
 
 from __future__ import annotations
