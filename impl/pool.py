@@ -1,0 +1,487 @@
+"""Production unit pool: the KV block pool as the checkpoint store and an engine share it.
+
+SPEC A.2-A.4, G9, G10. A *unit* is one block id in ``[0, num_units)``. Every unit is
+exactly one of:
+
+- **vacant**: free and holding nothing anyone needs;
+- **cached**: free, but still holding the KV block of a prefix hash the engine's prefix
+  cache may hit. A cached unit counts as free (``num_free``) because it is reclaimable;
+- **reserved**: tagged ``(owner, piece)``: a checkpoint image (``("state-checkpoint",
+  cid)``), a transfer reservation (``("state-transfer", owner)``), or live KV under any
+  owner the engine chooses (for example ``("live-kv", req_id)``).
+
+Reservations hand out vacant units first, lowest id first (a min-heap), then cached units,
+least recently cached first (an ordered map): a cached KV block is the last thing a
+reservation overwrites. Overwriting one is the pool's *eviction event*: it fires
+``on_evict(prefix_hash)``.
+
+Engine protocol (:class:`KVBlockPool`)
+--------------------------------------
+An engine plugs its KV side into the pool with these calls; everything else is the raw-unit
+contract the store uses.
+
+``UnitPool(num_units, on_evict=None)``
+    ``on_evict(prefix_hash)`` is called once for every cached unit a reservation takes,
+    after the whole reservation is tagged (so the pool is consistent: the new owner already
+    holds every unit it got). The engine drops ``prefix_hash`` from its prefix index and
+    calls ``coordinator.unindex(prefix_hash)``: the checkpoint "dies with its prefix"
+    (SPEC A.4). This call is **re-entrant**: it runs inside ``reserve_units``, which may be
+    inside the store's ``begin_store``, the coordinator's ``reserve_transfer_units`` or the
+    engine's own KV allocation, and it may release checkpoint units back to the pool. The
+    store and coordinator tolerate that (see ``PageUnitCheckpointStore.begin_store``).
+``reserve_units(count, owner)`` / ``release_units(unit_ids, owner)``
+    Live KV is reserved and released like any raw unit, as whole reservations in piece order.
+``cache_units(unit_ids, owner, prefix_hashes)``
+    Release a whole KV reservation whose blocks still hold prefixes: unit ``i`` is parked
+    as cached under ``prefix_hashes[i]`` (``None``: nothing worth keeping, the unit goes
+    vacant). Cached units are handed out after every vacant unit.
+``claim_cached_units(unit_ids, owner)``
+    A prefix-cache hit takes cached units back as a new reservation of ``owner`` (piece
+    order = list order). No eviction fires: the content is reused.
+``uncache_units(unit_ids)``
+    The engine's index no longer points at these cached units (it re-pointed or dropped the
+    hash): they become vacant, and reusing them later fires nothing.
+``cached_hash(unit)`` / ``num_cached``
+    What a cached unit holds; how many units are cached.
+
+Dirty units (SPEC G10): a unit released from a checkpoint or a transfer reservation still
+holds raw state bytes; it is *dirty* until the executor scrubs it and calls
+:meth:`UnitPool.mark_clean`. A dirty unit stays dirty while free or reserved.
+
+Complexity: every call is O(k) in the number of units it names or hands out (O(k log n)
+for the vacant min-heap), independent of the pool size and of the number of owners; the
+whole-reservation check (G9) reads a per-owner unit count instead of walking the tags.
+``snapshot_parts`` and ``clone`` are O(num_units).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, Protocol, runtime_checkable
+
+from pagedstate.spec.errors import (
+    DuplicateUnitError,
+    InvalidArgumentError,
+    PartialReleaseError,
+    WrongOwnerError,
+)
+
+from ._args import is_dirtying, is_int, need_int
+
+__all__ = ["UnitPool", "SlotPool", "KVBlockPool", "EvictionCallback"]
+
+#: ``on_evict(prefix_hash)``: a reservation overwrote the cached KV block of ``prefix_hash``.
+EvictionCallback = Callable[[int], None]
+
+
+@runtime_checkable
+class KVBlockPool(Protocol):
+    """What an engine's KV side calls on the shared pool (see the module docstring).
+
+    Unit ids are ints in ``[0, num_units)``; prefix hashes are the engine's chained
+    block-content hashes (ints). Errors are :mod:`pagedstate.spec.errors` classes and a
+    call that raises changes nothing.
+    """
+
+    num_units: int
+    on_evict: EvictionCallback | None
+
+    @property
+    def num_free(self) -> int: ...
+
+    def has_free(self, n: int) -> bool: ...
+
+    def reserve_units(self, count: int, owner: Hashable) -> list[int] | None: ...
+
+    def release_units(self, unit_ids: Any, owner: Hashable) -> None: ...
+
+    def cache_units(
+        self, unit_ids: Any, owner: Hashable, prefix_hashes: Any
+    ) -> None: ...
+
+    def claim_cached_units(self, unit_ids: Any, owner: Hashable) -> None: ...
+
+    def uncache_units(self, unit_ids: Any) -> None: ...
+
+    def cached_hash(self, unit: int) -> int | None: ...
+
+    def is_dirty(self, unit: int) -> bool: ...
+
+    def mark_clean(self, unit_ids: Iterable[int]) -> None: ...
+
+
+def _ids_list(unit_ids: Any) -> tuple[int, ...]:
+    """A list or tuple of non-negative int unit ids without repeats, as a tuple."""
+    if not isinstance(unit_ids, (list, tuple)):
+        raise InvalidArgumentError(f"unit_ids must be a list or tuple, got {type(unit_ids)!r}")
+    ids = tuple(unit_ids)
+    for u in ids:
+        need_int("unit id", u, 0)
+    if len(set(ids)) != len(ids):
+        raise DuplicateUnitError(f"unit ids repeat: {list(ids)}")
+    return ids
+
+
+class UnitPool:
+    """Production pool of ``num_units`` units, ids ``[0, num_units)`` (SPEC A.2, G9, G10).
+
+    Args:
+        num_units: pool size in units (KV block ids), ``>= 0``.
+        on_evict: called with the prefix hash of every cached KV unit a reservation
+            overwrites (SPEC A.4); ``None`` (default) when the engine caches no KV here.
+            Settable later as the ``on_evict`` attribute.
+
+    Raises:
+        InvalidArgumentError: ``num_units`` is not a non-negative int, or ``on_evict`` is
+            not callable.
+
+    Driven through the raw-unit calls only (no KV caching), it hands out exactly the units
+    the reference model's pool hands out: the lowest free ids, in piece order.
+    """
+
+    def __init__(self, num_units: int, on_evict: EvictionCallback | None = None) -> None:
+        need_int("num_units", num_units, 0)
+        if on_evict is not None and not callable(on_evict):
+            raise InvalidArgumentError(f"on_evict must be callable or None, got {on_evict!r}")
+        self.num_units = num_units
+        self.on_evict: EvictionCallback | None = on_evict
+        # Truth of membership: every free unit, vacant or cached.
+        self._free: set[int] = set(range(num_units))
+        # Vacant free units, a min-heap holding exactly the vacant units (no stale entries:
+        # a unit enters it when released or uncached and leaves it when reserved).
+        self._vacant: list[int] = list(range(num_units))
+        # Cached free units -> prefix hash, least recently cached first.
+        self._cached: OrderedDict[int, int] = OrderedDict()
+        self._tags: dict[int, tuple[Hashable, int]] = {}
+        # Units held per (hashable) owner: the whole-reservation check of G9 without a walk.
+        self._held: dict[Hashable, int] = {}
+        self._dirty: set[int] = set()
+
+    def clone(self) -> UnitPool:
+        """A deep copy sharing nothing mutable (``on_evict`` is shared). O(num_units)."""
+        c = type(self).__new__(type(self))
+        c.__dict__.update(self.__dict__)
+        c._free = set(self._free)
+        c._vacant = list(self._vacant)
+        c._cached = OrderedDict(self._cached)
+        c._tags = dict(self._tags)
+        c._held = dict(self._held)
+        c._dirty = set(self._dirty)
+        return c
+
+    # -- reading ------------------------------------------------------------------------
+
+    @property
+    def num_free(self) -> int:
+        """Free units, vacant and cached (a cached KV block is reclaimable). O(1)."""
+        return len(self._free)
+
+    @property
+    def num_cached(self) -> int:
+        """Free units still holding a cached KV prefix. O(1)."""
+        return len(self._cached)
+
+    def has_free(self, n: int) -> bool:
+        """Whether at least ``n`` units are free. O(1)."""
+        return len(self._free) >= n
+
+    def owner_of(self, unit: int) -> tuple[Hashable, int] | None:
+        """``(owner, piece)`` of a reserved unit, ``None`` for a free one. O(1)."""
+        return self._tags.get(unit)
+
+    def cached_hash(self, unit: int) -> int | None:
+        """The prefix hash a cached free unit holds, ``None`` otherwise. O(1)."""
+        return self._cached.get(unit)
+
+    def is_dirty(self, unit: int) -> bool:
+        """Whether ``unit`` last held checkpoint or transfer bytes and was not scrubbed
+        since (G10). O(1)."""
+        return unit in self._dirty
+
+    def dirty_units(self) -> frozenset[int]:
+        """Every dirty unit. O(dirty)."""
+        return frozenset(self._dirty)
+
+    def snapshot_parts(
+        self,
+    ) -> tuple[frozenset[int], frozenset[int], dict[int, tuple[Hashable, int]]]:
+        """``(free, dirty, tags)`` for :class:`~pagedstate.spec.snapshot.Snapshot`.
+        O(num_units)."""
+        return frozenset(self._free), frozenset(self._dirty), dict(self._tags)
+
+    # -- per-owner counts ---------------------------------------------------------------
+
+    def _held_by(self, owner: Hashable) -> int:
+        try:
+            return self._held.get(owner, 0)
+        except TypeError:
+            # An unhashable owner (outside SPEC A.3, which asks for hashable ones, but the
+            # reference accepts it): counted by a walk, only for such owners.
+            return sum(1 for o, _ in self._tags.values() if o == owner)
+
+    def _add_held(self, owner: Hashable, n: int) -> None:
+        try:
+            left = self._held.get(owner, 0) + n
+        except TypeError:
+            return
+        if left:
+            self._held[owner] = left
+        else:
+            self._held.pop(owner, None)
+
+    def _validate_whole(self, unit_ids: Any, owner: Hashable) -> tuple[int, ...]:
+        ids = _ids_list(unit_ids)
+        if owner is None:
+            raise InvalidArgumentError("owner must not be None")
+        tags = self._tags
+        for piece, u in enumerate(ids):
+            tag = tags.get(u)
+            if tag != (owner, piece):
+                raise WrongOwnerError(
+                    f"raw unit {u} belongs to {tag!r}, not {(owner, piece)!r}; release a"
+                    " reservation with its own owner, in piece order"
+                )
+        held = self._held_by(owner)
+        if held != len(ids):
+            raise PartialReleaseError(
+                f"owner {owner!r} holds {held} units but the call names {len(ids)}; name the"
+                " whole reservation (SPEC G9)"
+            )
+        return ids
+
+    # -- the raw-unit contract (SPEC A.2) ----------------------------------------------
+
+    def mark_clean(self, unit_ids: Iterable[int]) -> None:
+        """Record that the executor scrubbed these units (G10). O(k).
+
+        Raises:
+            InvalidArgumentError: an id is not an int in ``[0, num_units)``.
+        """
+        ids = list(unit_ids)
+        for u in ids:
+            need_int("unit id", u, 0)
+            if u >= self.num_units:
+                raise InvalidArgumentError(f"unit {u} is outside the pool of {self.num_units}")
+        self._dirty.difference_update(ids)
+
+    def reserve_units(self, count: int, owner: Hashable) -> list[int] | None:
+        """Reserve ``count`` units tagged ``(owner, piece)``, returned in piece order.
+
+        Vacant units go first, lowest id first; then cached KV units, least recently cached
+        first, each firing ``on_evict(prefix_hash)`` once the whole reservation is tagged
+        (SPEC A.4; an exception from the callback propagates after every callback ran).
+        ``None``, with nothing changed, when fewer than ``count`` units are free; ``[]`` for
+        ``count == 0``. O(count log num_units).
+
+        Raises:
+            InvalidArgumentError: ``count`` is not a non-negative int, or ``owner`` is None.
+        """
+        need_int("count", count, 0)
+        if owner is None:
+            raise InvalidArgumentError("a reservation needs an owner, got None")
+        if len(self._free) < count:
+            return None
+        if count == 0:
+            return []
+        units: list[int] = []
+        evicted: list[int] = []
+        vacant = self._vacant
+        cached = self._cached
+        free = self._free
+        tags = self._tags
+        for piece in range(count):
+            if vacant:
+                u = heapq.heappop(vacant)
+            else:
+                u, h = cached.popitem(last=False)
+                evicted.append(h)
+            free.discard(u)
+            tags[u] = (owner, piece)
+            units.append(u)
+        self._add_held(owner, count)
+        if evicted and self.on_evict is not None:
+            self._fire(evicted)
+        return units
+
+    def _fire(self, evicted: list[int]) -> None:
+        hook = self.on_evict
+        assert hook is not None
+        error: Exception | None = None
+        for h in evicted:
+            try:
+                hook(h)
+            except Exception as exc:  # re-raised after every callback ran
+                if error is None:
+                    error = exc
+        if error is not None:
+            raise error
+
+    def release_units(self, unit_ids: Any, owner: Hashable) -> None:
+        """Release a whole reservation, every unit in piece order (SPEC A.2, G9). The units
+        go vacant; units of a checkpoint or transfer owner become dirty (G10). O(k log n).
+
+        Raises:
+            InvalidArgumentError: ``unit_ids`` is not a list/tuple of non-negative ints, or
+                ``owner`` is None.
+            DuplicateUnitError: an id repeats.
+            WrongOwnerError: a unit is not tagged ``(owner, position)``.
+            PartialReleaseError: the owner holds more units than named.
+        """
+        ids = self._validate_whole(unit_ids, owner)
+        dirty = is_dirtying(owner)
+        tags = self._tags
+        for u in ids:
+            del tags[u]
+            self._free.add(u)
+            heapq.heappush(self._vacant, u)
+            if dirty:
+                self._dirty.add(u)
+        self._add_held(owner, -len(ids))
+
+    def rekey_units(self, unit_ids: Any, old_owner: Hashable, new_owner: Hashable) -> None:
+        """Retag a whole reservation from ``old_owner`` to ``new_owner`` atomically; the units
+        never pass through the free list (SPEC A.2). O(k).
+
+        Raises:
+            InvalidArgumentError: ``new_owner`` is None or already holds units; malformed ids.
+            DuplicateUnitError, WrongOwnerError, PartialReleaseError: as ``release_units``.
+        """
+        if new_owner is None:
+            raise InvalidArgumentError("new_owner must not be None")
+        ids = self._validate_whole(unit_ids, old_owner)
+        if self._held_by(new_owner) > 0:
+            raise InvalidArgumentError(f"owner {new_owner!r} already holds units")
+        tags = self._tags
+        for piece, u in enumerate(ids):
+            tags[u] = (new_owner, piece)
+        self._add_held(old_owner, -len(ids))
+        self._add_held(new_owner, len(ids))
+
+    # -- the engine's KV side (module docstring) ----------------------------------------
+
+    def cache_units(self, unit_ids: Any, owner: Hashable, prefix_hashes: Any) -> None:
+        """Release a whole KV reservation but park unit ``i`` as a cached block of
+        ``prefix_hashes[i]`` (``None``: the unit goes vacant). Cached units stay free and are
+        handed out after every vacant unit, least recently cached first; reusing one fires
+        ``on_evict``. O(k log n).
+
+        Raises:
+            InvalidArgumentError: ``prefix_hashes`` is not a list/tuple of ints or ``None``
+                of the same length; ``owner`` is a checkpoint or transfer owner (raw state
+                units hold no KV prefix); malformed ids or owner.
+            DuplicateUnitError, WrongOwnerError, PartialReleaseError: as ``release_units``.
+        """
+        ids = self._validate_whole(unit_ids, owner)
+        if is_dirtying(owner):
+            raise InvalidArgumentError(
+                f"units of {owner!r} hold raw state, not KV: release them with release_units"
+            )
+        if not isinstance(prefix_hashes, (list, tuple)) or len(prefix_hashes) != len(ids):
+            raise InvalidArgumentError(
+                f"prefix_hashes must be a list or tuple of {len(ids)} hashes, got {prefix_hashes!r}"
+            )
+        for h in prefix_hashes:
+            if h is not None and not is_int(h):
+                raise InvalidArgumentError(f"a prefix hash must be an int or None, got {h!r}")
+        tags = self._tags
+        for u, h in zip(ids, prefix_hashes, strict=True):
+            del tags[u]
+            self._free.add(u)
+            if h is None:
+                heapq.heappush(self._vacant, u)
+            else:
+                self._cached[u] = h
+        self._add_held(owner, -len(ids))
+
+    def claim_cached_units(self, unit_ids: Any, owner: Hashable) -> None:
+        """A prefix-cache hit takes cached units back as a new reservation of ``owner``
+        tagged ``(owner, position)``; nothing fires (the content is reused). O(k).
+
+        Raises:
+            InvalidArgumentError: a unit is not a cached free unit; ``owner`` is None;
+                malformed ids.
+            DuplicateUnitError: an id repeats.
+        """
+        ids = _ids_list(unit_ids)
+        if owner is None:
+            raise InvalidArgumentError("a reservation needs an owner, got None")
+        for u in ids:
+            if u not in self._cached:
+                raise InvalidArgumentError(f"unit {u} is not a cached free unit")
+        for piece, u in enumerate(ids):
+            del self._cached[u]
+            self._free.discard(u)
+            self._tags[u] = (owner, piece)
+        self._add_held(owner, len(ids))
+
+    def uncache_units(self, unit_ids: Any) -> None:
+        """The engine's prefix index no longer points at these cached units: they become
+        vacant and their later reuse fires nothing. O(k log n).
+
+        Raises:
+            InvalidArgumentError: a unit is not a cached free unit; malformed ids.
+            DuplicateUnitError: an id repeats.
+        """
+        ids = _ids_list(unit_ids)
+        for u in ids:
+            if u not in self._cached:
+                raise InvalidArgumentError(f"unit {u} is not a cached free unit")
+        for u in ids:
+            del self._cached[u]
+            heapq.heappush(self._vacant, u)
+
+
+class SlotPool:
+    """A state-slot pool for midstep scratch (SPEC D.1 step 4): hands out the lowest free
+    slot, like the reference model's. O(log n) per call.
+
+    Args:
+        slots: the slot indices this pool lends (distinct, mutually comparable).
+    """
+
+    def __init__(self, slots: Iterable[int]) -> None:
+        self._all = frozenset(slots)
+        self._free: set[int] = set(self._all)
+        self._heap: list[int] = sorted(self._all)
+
+    def clone(self) -> SlotPool:
+        """A deep copy. O(slots)."""
+        c = SlotPool.__new__(SlotPool)
+        c._all = self._all
+        c._free = set(self._free)
+        c._heap = list(self._heap)
+        return c
+
+    def has_free(self) -> bool:
+        """Whether a slot can be borrowed. O(1)."""
+        return bool(self._free)
+
+    def pop(self) -> int:
+        """Borrow the lowest free slot.
+
+        Raises:
+            InvalidArgumentError: no slot is free.
+        """
+        if not self._free:
+            raise InvalidArgumentError("no free scratch slot")
+        s = heapq.heappop(self._heap)
+        self._free.discard(s)
+        return s
+
+    def release(self, slot: int) -> None:
+        """Return a borrowed slot.
+
+        Raises:
+            InvalidArgumentError: ``slot`` is not one of this pool's borrowed slots.
+        """
+        if slot not in self._all or slot in self._free:
+            raise InvalidArgumentError(f"slot {slot} is not a borrowed scratch slot")
+        self._free.add(slot)
+        heapq.heappush(self._heap, slot)
+
+    @property
+    def free_slots(self) -> frozenset[int]:
+        """The slots not borrowed now. O(slots)."""
+        return frozenset(self._free)
