@@ -1,0 +1,1077 @@
+"""Production checkpoint store: SPEC B over indexes, with every phase change a table row.
+
+Same public calls, arguments, return values, errors and :class:`Snapshot` as the reference
+model (:mod:`pagedstate.models.reference`); where SPEC section G differs from ATOM's module,
+this store follows G. Every record, restore, lease and offload operation moves only through
+``Table.step`` of :mod:`pagedstate.spec.tables` with the reference's guards, and the row's
+effects (phase, pin delta, index, units) are applied by one function, :meth:`_apply`.
+
+Indexes instead of walks (each kept exact by the differential tests in ``tests/``):
+
+- **LRU** (SPEC B.1 ``_lru``): an ordered map of READY checkpoint ids, oldest first, plus a
+  recency stamp per record. A min-heap of ``(stamp, cid)`` holds every READY unpinned
+  record (stale entries skipped lazily, the heap rebuilt when it outgrows twice the LRU),
+  so the next LRU victim is the heap's first valid entry: exactly the reference's "first
+  evictable record in LRU order", however many pinned records crowd the cold end.
+- **Evictable count**: the number of READY unpinned records, so ``has_available_units`` is
+  arithmetic (the answer depends on the eligible set only, SPEC row 22).
+- **Queued restores** keyed by destination slot (G4 makes a slot hold at most one restore),
+  in queue order; in-flight and suspended restores keep per-slot counts.
+- **Offload operations**: a per-hash operation count (``_hash_in_flight``); reclaimable
+  operations in pin order, so a reclaim reads only the expired prefix when the clock is
+  monotonic (a clock that went backwards makes it fall back to a walk over the reclaimable
+  operations, to keep the reference's order and effects); forfeits in a generation
+  min-heap, so trimming the forfeit memory to its bound is O(log n) (G7).
+- **Change log**: a bounded deque; ``changed_since`` reads it backwards from the newest
+  entry, so it costs the number of changes it reports.
+
+Bounds: the change log (``change_log_size``), the nomination backlog
+(``offload_backlog_cap``) and the exact forfeit memory (``forfeit_bound``, then a
+watermark) are bounded; every other structure is bounded by the live records, operations,
+restores and leases.
+
+Hooks: ``row_sink`` (a set of ``(machine, row index)``, as the reference's) records every
+row taken; ``on_transition(machine, row, subject)`` is called after each applied row
+(``None`` by default, one attribute test per row when unset). Subjects: the checkpoint id
+for ``record``; the :class:`StateStoreOperationId` for ``offload``; ``(cid, dst_slot)``
+for ``restore``; the lease id for ``lease``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from pagedstate.spec import tables as T
+from pagedstate.spec.errors import (
+    InvalidArgumentError,
+    LeaseReusedError,
+    PinUnderflowError,
+    SlotBusyError,
+    SourcePinLostError,
+    UnknownOperationError,
+)
+from pagedstate.spec.snapshot import OffloadPinView, RecordView, Snapshot
+from pagedstate.spec.tables import Row, Table
+from pagedstate.spec.types import (
+    CHECKPOINT_OWNER,
+    CheckpointRestoreOp,
+    CheckpointStoreOp,
+    PagedStateCheckpointSpec,
+    StateStoreOperationId,
+    SuspendedCheckpointRestore,
+)
+
+from ._args import need_int
+from .pool import UnitPool
+
+__all__ = [
+    "PageUnitCheckpointStore",
+    "RowSink",
+    "TransitionHook",
+    "DEFAULT_OFFLOAD_BACKLOG_CAP",
+    "DEFAULT_FORFEIT_BOUND",
+    "DEFAULT_CHANGE_LOG_SIZE",
+]
+
+#: SPEC B.1: nominations are capped at 8192; overflow drops the oldest.
+DEFAULT_OFFLOAD_BACKLOG_CAP = 8192
+#: SPEC B.1 / G7: reclaimed operations remembered exactly, beyond which a watermark answers.
+DEFAULT_FORFEIT_BOUND = 4096
+#: SPEC B.1: the change log keeps the last 4096 bumps.
+DEFAULT_CHANGE_LOG_SIZE = 4096
+
+#: Where row hits are recorded: a set of ``(machine, row index)``.
+RowSink = set[tuple[str, int]]
+#: ``on_transition(machine, row, subject)``: called after each applied table row.
+TransitionHook = Callable[[str, Row, object], None]
+
+_READY = T.READY
+_HEAP_SLACK = 32
+
+
+class _Record:
+    __slots__ = ("prefix_hash", "unit_ids", "phase", "pin_count", "stamp")
+
+    def __init__(
+        self, prefix_hash: int, unit_ids: tuple[int, ...], phase: str, pin_count: int = 0
+    ) -> None:
+        self.prefix_hash = prefix_hash
+        self.unit_ids = unit_ids
+        self.phase = phase
+        self.pin_count = pin_count
+        #: LRU recency stamp; meaningful while READY (larger is more recent).
+        self.stamp = 0
+
+    def copy(self) -> _Record:
+        c = _Record(self.prefix_hash, self.unit_ids, self.phase, self.pin_count)
+        c.stamp = self.stamp
+        return c
+
+
+class _OffloadPin:
+    __slots__ = ("checkpoint_id", "pinned_at", "source_released", "reclaimable")
+
+    def __init__(
+        self, cid: int, pinned_at: float, source_released: bool, reclaimable: bool
+    ) -> None:
+        self.checkpoint_id = cid
+        self.pinned_at = pinned_at
+        self.source_released = source_released
+        self.reclaimable = reclaimable
+
+    def copy(self) -> _OffloadPin:
+        return _OffloadPin(
+            self.checkpoint_id, self.pinned_at, self.source_released, self.reclaimable
+        )
+
+
+def _count_add(counts: dict[int, int], key: int, n: int) -> None:
+    left = counts.get(key, 0) + n
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]
+
+
+class PageUnitCheckpointStore:
+    """Production checkpoint store (SPEC B.1-B.4 with section G).
+
+    Args:
+        pool: the unit pool checkpoints reserve from (:class:`~pagedstate.impl.UnitPool`,
+            or anything with its raw-unit calls).
+        spec: the image geometry; ``units_per_checkpoint`` units per record.
+        offload_sink: nominate READY records for the CPU tier (SPEC B.3 row 20).
+        clock: seconds, monotonic; stamps offload pins (default ``time.monotonic``).
+        offload_backlog_cap, forfeit_bound, change_log_size: the bounds of SPEC B.1 / G7.
+
+    Raises:
+        InvalidArgumentError: ``spec`` is not a :class:`PagedStateCheckpointSpec` or a bound
+            is not a positive int.
+
+    Complexity is given per method; ``n`` is the number of live records. Every call is O(1)
+    amortized (or O(log n) where a heap is involved) except ``clear`` (O(records): every
+    record changes phase), ``snapshot`` / ``clone`` (O(state)) and calls whose cost is the
+    size of what they return or release.
+    """
+
+    def __init__(
+        self,
+        pool: UnitPool,
+        spec: PagedStateCheckpointSpec,
+        offload_sink: bool = False,
+        *,
+        clock: Callable[[], float] | None = None,
+        offload_backlog_cap: int = DEFAULT_OFFLOAD_BACKLOG_CAP,
+        forfeit_bound: int = DEFAULT_FORFEIT_BOUND,
+        change_log_size: int = DEFAULT_CHANGE_LOG_SIZE,
+    ) -> None:
+        if not isinstance(spec, PagedStateCheckpointSpec):
+            raise InvalidArgumentError(f"spec must be a PagedStateCheckpointSpec, got {spec!r}")
+        need_int("offload_backlog_cap", offload_backlog_cap, 1)
+        need_int("forfeit_bound", forfeit_bound, 1)
+        need_int("change_log_size", change_log_size, 1)
+        self.pool = pool
+        self.spec = spec
+        self._units = spec.units_per_checkpoint
+        self.clock: Callable[[], float] = clock if clock is not None else time.monotonic
+        self.row_sink: RowSink | None = None
+        self.on_transition: TransitionHook | None = None
+        self.records: dict[int, _Record] = {}
+        self.hash_to_checkpoint: dict[int, int] = {}
+        self._pending_by_hash: dict[int, int] = {}
+        # LRU of READY records (oldest first) and the evictable heap over it.
+        self._lru: OrderedDict[int, None] = OrderedDict()
+        self._stamp = 0
+        self._victims: list[tuple[int, int]] = []
+        self._num_evictable = 0
+        self._inflight_stores: list[int] = []
+        # Queued restores by destination slot, in queue order (G4: one per slot).
+        self._queued_restores: dict[int, tuple[int, CheckpointRestoreOp]] = {}
+        self._inflight_restores: list[tuple[int, CheckpointRestoreOp]] = []
+        self._inflight_slots: dict[int, int] = {}
+        self._suspended: dict[int, tuple[int, CheckpointRestoreOp]] = {}
+        self._suspended_slots: dict[int, int] = {}
+        self._next_lease_id = 0
+        self._next_checkpoint_id = 0
+        self.evictions = 0
+        self.generation = 0
+        self._change_log_size = change_log_size
+        self._changes: deque[tuple[int, int | None]] = deque(maxlen=change_log_size)
+        self._offload_sink = bool(offload_sink)
+        self._offload_ready: deque[int] = deque()
+        self._offload_backlog_cap = offload_backlog_cap
+        self.offload_nominations_dropped = 0
+        self._offload_pins: dict[StateStoreOperationId, _OffloadPin] = {}
+        self._ops_by_hash: dict[int, int] = {}
+        self._reclaimable: OrderedDict[StateStoreOperationId, None] = OrderedDict()
+        self._reclaim_in_order = True
+        self._offload_generation = 0
+        self.offload_pins_reclaimed = 0
+        self._forfeited: dict[StateStoreOperationId, None] = {}
+        self._forfeit_heap: list[tuple[int, StateStoreOperationId]] = []
+        self._forfeit_bound = forfeit_bound
+        self._forfeit_watermark = 0
+
+    # -- copying ------------------------------------------------------------------------
+
+    def clone(self, pool: UnitPool | None = None) -> PageUnitCheckpointStore:
+        """A deep copy sharing nothing mutable (the clock, row sink and transition hook are
+        shared); over ``pool`` if given, else over a clone of this store's pool. O(state)."""
+        c = type(self).__new__(type(self))
+        c.__dict__.update(self.__dict__)
+        c.pool = pool if pool is not None else self.pool.clone()
+        c.records = {k: r.copy() for k, r in self.records.items()}
+        c.hash_to_checkpoint = dict(self.hash_to_checkpoint)
+        c._pending_by_hash = dict(self._pending_by_hash)
+        c._lru = OrderedDict(self._lru)
+        c._victims = list(self._victims)
+        c._inflight_stores = list(self._inflight_stores)
+        c._queued_restores = dict(self._queued_restores)
+        c._inflight_restores = list(self._inflight_restores)
+        c._inflight_slots = dict(self._inflight_slots)
+        c._suspended = dict(self._suspended)
+        c._suspended_slots = dict(self._suspended_slots)
+        c._changes = deque(self._changes, maxlen=self._change_log_size)
+        c._offload_ready = deque(self._offload_ready)
+        c._offload_pins = {k: p.copy() for k, p in self._offload_pins.items()}
+        c._ops_by_hash = dict(self._ops_by_hash)
+        c._reclaimable = OrderedDict(self._reclaimable)
+        c._forfeited = dict(self._forfeited)
+        c._forfeit_heap = list(self._forfeit_heap)
+        return c
+
+    # -- reading --------------------------------------------------------------------------
+
+    @property
+    def units_per_checkpoint(self) -> int:
+        """Units per image, ``ceil(image_bytes / page_unit_bytes)`` (SPEC A.1). O(1)."""
+        return self._units
+
+    @property
+    def offload_sink(self) -> bool:
+        """Whether READY records are nominated for the CPU tier. Switching it off drops the
+        backlog (C16: no sink, no nominations); handed-out pins stay until their report."""
+        return self._offload_sink
+
+    @offload_sink.setter
+    def offload_sink(self, on: bool) -> None:
+        self._offload_sink = bool(on)
+        if not self._offload_sink:
+            self._offload_ready.clear()
+
+    @property
+    def store_backlog(self) -> deque[int]:
+        """Nominations waiting to be handed to the tier (a copy). O(backlog)."""
+        return deque(self._offload_ready)
+
+    def lookup(self, prefix_hash: int) -> int:
+        """The READY record's checkpoint id for ``prefix_hash``, or -1. O(1)."""
+        cid = self.hash_to_checkpoint.get(prefix_hash)
+        if cid is None:
+            return -1
+        rec = self.records.get(cid)
+        if rec is None or rec.phase != _READY:
+            return -1
+        return cid
+
+    def contains(self, prefix_hash: int) -> bool:
+        """Whether a READY image of ``prefix_hash`` exists. O(1)."""
+        return self.lookup(prefix_hash) >= 0
+
+    def contains_or_pending(self, prefix_hash: int) -> bool:
+        """READY, or COPYING (a store is on its way). O(1)."""
+        return self.lookup(prefix_hash) >= 0 or prefix_hash in self._pending_by_hash
+
+    def _is_evictable(self, cid: int, protected: int = -1) -> bool:
+        """SPEC B.3: ``cid != protected`` and READY and unpinned. O(1)."""
+        rec = self.records.get(cid)
+        return cid != protected and rec is not None and rec.phase == _READY and rec.pin_count == 0
+
+    def _next_victim(self, protected: int = -1) -> int:
+        """The first evictable record in LRU order other than ``protected``, or -1 (the only
+        place eviction policy lives). O(log n) amortized: the top of the victim heap, stale
+        entries popped."""
+        heap = self._victims
+        records = self.records
+        while heap:
+            stamp, cid = heap[0]
+            rec = records.get(cid)
+            if rec is None or rec.phase != _READY or rec.pin_count or rec.stamp != stamp:
+                heapq.heappop(heap)
+                continue
+            if cid != protected:
+                return cid
+            top = heapq.heappop(heap)
+            try:
+                return self._next_victim()
+            finally:
+                heapq.heappush(heap, top)
+        return -1
+
+    def has_available_units(self, count: int, protected_hash: int | None = None) -> bool:
+        """Whether ``count`` units are free or could be freed by evicting unpinned READY
+        records other than ``protected_hash``'s (SPEC B.3 row 22). Pure. O(1): the evictable
+        count times the image size, against the shortfall.
+
+        Raises:
+            InvalidArgumentError: ``count`` is not a non-negative int, or ``protected_hash``
+                is neither None nor an int.
+        """
+        need_int("count", count, 0)
+        if protected_hash is not None:
+            need_int("protected_hash", protected_hash)
+        free = self.pool.num_free
+        if count <= free:
+            return True
+        spendable = self._num_evictable
+        if protected_hash is not None:
+            protected = self.lookup(protected_hash)
+            if protected >= 0 and self._is_evictable(protected):
+                spendable -= 1
+        return spendable * self._units >= count - free
+
+    def restore_queued_for(self, dst_slot: int) -> bool:
+        """Whether a queued restore will write ``dst_slot`` on the next batch. O(1).
+
+        Raises:
+            InvalidArgumentError: ``dst_slot`` is not an int.
+        """
+        need_int("dst_slot", dst_slot)
+        return dst_slot in self._queued_restores
+
+    def changed_since(self, generation: int) -> set[int] | None:
+        """Hashes whose READY state changed after ``generation``; ``None`` when unknown (the
+        log does not reach back, or a clear happened). SPEC B.3 row 23, G6. O(changes since
+        ``generation``), at most ``change_log_size``.
+
+        Raises:
+            InvalidArgumentError: ``generation`` is not an int.
+        """
+        need_int("generation", generation)
+        if generation >= self.generation:
+            return set()
+        changes = self._changes
+        if not changes or changes[0][0] > generation + 1:
+            return None
+        out: set[int] = set()
+        for gen, h in reversed(changes):
+            if gen <= generation:
+                break
+            if h is None:
+                return None
+            out.add(h)
+        return out
+
+    def has_offload_pins(self) -> bool:
+        """True from dispatch of an offload store or lease until its terminal report. O(1)."""
+        return bool(self._offload_pins)
+
+    def _hash_in_flight(self, prefix_hash: int) -> bool:
+        """Whether any operation of ``prefix_hash`` awaits its report. O(1)."""
+        return prefix_hash in self._ops_by_hash
+
+    def was_reclaimed(self, op: StateStoreOperationId) -> bool:
+        """Whether ``op``'s source was taken back before it reported (G7: fails closed past
+        the exact memory). O(1).
+
+        Raises:
+            InvalidArgumentError: ``op`` is not a :class:`StateStoreOperationId`.
+        """
+        if not isinstance(op, StateStoreOperationId):
+            raise InvalidArgumentError(f"op must be a StateStoreOperationId, got {op!r}")
+        if op in self._forfeited:
+            return True
+        return op.generation <= self._forfeit_watermark and op not in self._offload_pins
+
+    # -- internal effects -----------------------------------------------------------------
+
+    def _took(self, table: Table, row: Row, subject: object) -> None:
+        """Record a row that was applied: into ``row_sink`` and ``on_transition``."""
+        sink = self.row_sink
+        if sink is not None:
+            sink.add((table.machine, table.row_id(row)))
+        hook = self.on_transition
+        if hook is not None:
+            hook(table.machine, row, subject)
+
+    def _note_change(self, prefix_hash: int | None) -> None:
+        self.generation += 1
+        self._changes.append((self.generation, prefix_hash))
+
+    def _push_victim(self, cid: int, rec: _Record) -> None:
+        heap = self._victims
+        heapq.heappush(heap, (rec.stamp, cid))
+        if len(heap) > 2 * len(self._lru) + _HEAP_SLACK:
+            records = self.records
+            fresh = []
+            for c in self._lru:
+                r = records[c]
+                if r.pin_count == 0:
+                    fresh.append((r.stamp, c))
+            heapq.heapify(fresh)
+            self._victims = fresh
+
+    def _refresh(self, rec: _Record) -> None:
+        """Give ``rec`` the newest recency stamp (it is at the end of the LRU)."""
+        self._stamp += 1
+        rec.stamp = self._stamp
+
+    def _apply(self, cid: int, rec: _Record, row: Row) -> None:
+        """Apply a record row's effects (phase, pins, index, units), then record the row."""
+        h = rec.prefix_hash
+        was = rec.phase == _READY and rec.pin_count == 0
+        rec.phase = row.next
+        rec.pin_count += row.pin_delta
+        now = rec.phase == _READY and rec.pin_count == 0
+        index = row.index
+        if index == "pending":
+            self._pending_by_hash[h] = cid
+        elif index == "unpending":
+            if self._pending_by_hash.get(h) == cid:
+                del self._pending_by_hash[h]
+        elif index == "add":
+            if self._pending_by_hash.get(h) == cid:
+                del self._pending_by_hash[h]
+            self.hash_to_checkpoint[h] = cid
+            self._lru[cid] = None
+            self._refresh(rec)
+            self._note_change(h)
+        elif index == "remove":
+            if self.hash_to_checkpoint.get(h) == cid:
+                del self.hash_to_checkpoint[h]
+            self._lru.pop(cid, None)
+            self._note_change(h)
+        if was != now:
+            self._num_evictable += 1 if now else -1
+        if now and (not was or index == "add"):
+            self._push_victim(cid, rec)
+        if row.units == "release":
+            self._release_record(cid)
+        self._took(T.RECORD, row, cid)
+
+    def _release_record(self, cid: int) -> None:
+        """Drop the record and return its units to the pool (SPEC B.3 "rel")."""
+        rec = self.records.pop(cid)
+        self._lru.pop(cid, None)
+        h = rec.prefix_hash
+        if self.hash_to_checkpoint.get(h) == cid:
+            del self.hash_to_checkpoint[h]
+        if self._pending_by_hash.get(h) == cid:
+            del self._pending_by_hash[h]
+        self.pool.release_units(rec.unit_ids, (CHECKPOINT_OWNER, cid))
+
+    def _pin(self, cid: int, kind: str) -> None:
+        """Take a pin of ``kind`` (restore, offload, lease) through the record table; only a
+        READY record has pin rows (G11), so pinning anything else raises with nothing
+        changed. O(1).
+
+        Raises:
+            IllegalTransitionError: the record is not READY.
+        """
+        rec = self.records[cid]
+        row = T.RECORD.step(rec.phase, f"pin_{kind}")
+        self._apply(cid, rec, row)
+
+    def _unpin(self, cid: int, kind: str) -> None:
+        """Release a pin of ``kind``; the last pin of an EVICTING record releases it. O(1)
+        (plus the units released).
+
+        Raises:
+            PinUnderflowError: the record holds no pin (nothing changed).
+        """
+        rec = self.records.get(cid)
+        if rec is None:
+            return
+        if rec.pin_count <= 0:
+            raise PinUnderflowError(
+                f"checkpoint {cid} {kind} pin underflow: no pin left to release"
+            )
+        guard = T.NO_GUARD if rec.phase == _READY else ("last" if rec.pin_count == 1 else "more")
+        row = T.RECORD.step(rec.phase, f"unpin_{kind}", guard)
+        self._apply(cid, rec, row)
+
+    def _evict(self, cid: int) -> None:
+        """Spend an unpinned READY record (SPEC B.3 row 12), counting an eviction. O(log n).
+
+        Raises:
+            IllegalTransitionError: the record is pinned or not READY (nothing changed).
+        """
+        rec = self.records[cid]
+        guard = "pinned" if rec.pin_count > 0 else "unpinned"
+        row = T.RECORD.step(rec.phase, "evict", guard)
+        self._apply(cid, rec, row)
+        self.evictions += 1
+
+    def _slot_busy(self, dst_slot: int) -> bool:
+        return (
+            dst_slot in self._queued_restores
+            or dst_slot in self._inflight_slots
+            or dst_slot in self._suspended_slots
+        )
+
+    # -- stores ---------------------------------------------------------------------------
+
+    def ensure_free_units(self, count: int) -> bool:
+        """Evict unpinned READY records, oldest first, until ``count`` units are free.
+
+        Returns False and spends nothing when ``has_available_units(count)`` is False
+        (SPEC B.3 row 14). O(1 + evictions * log n).
+
+        Raises:
+            InvalidArgumentError: ``count`` is not a non-negative int.
+        """
+        need_int("count", count, 0)
+        if not self.has_available_units(count):
+            return False
+        while self.pool.num_free < count:
+            victim = self._next_victim()
+            if victim < 0:
+                return False
+            self._evict(victim)
+        return True
+
+    def begin_store(self, prefix_hash: int, src_slot: int) -> CheckpointStoreOp | None:
+        """Begin copying ``src_slot``'s image under ``prefix_hash`` (SPEC B.3 row 1).
+
+        Returns the op for this batch's copy launch (``unit_ids`` in piece order,
+        ``total_bytes == image_bytes``), or ``None`` (nothing changed beyond LRU evictions
+        that made room) when the hash is READY or pending or no units can be had. The record
+        is COPYING, invisible to lookup, until the next ``complete_inflight``.
+
+        Re-entrancy (SPEC A.4): the pool may fire ``on_evict`` inside ``reserve_units``, and
+        the engine then calls ``unindex`` (which may release other records' units) before
+        this call returns. The checkpoint id is taken before the reservation (and given back
+        if the pool refuses), so a nested store cannot reuse it; the record is filed after
+        the reservation returns. O(1 + units + evictions * log n).
+
+        Raises:
+            InvalidArgumentError: ``prefix_hash`` is not an int or ``src_slot`` not an int >= 0.
+        """
+        need_int("prefix_hash", prefix_hash)
+        need_int("src_slot", src_slot, 0)
+        if self.lookup(prefix_hash) >= 0 or prefix_hash in self._pending_by_hash:
+            return None
+        u = self._units
+        if not self.ensure_free_units(u):
+            return None
+        row = T.RECORD.step(T.ABSENT, "begin_store")
+        cid = self._next_checkpoint_id
+        self._next_checkpoint_id = cid + 1
+        units = self.pool.reserve_units(u, (CHECKPOINT_OWNER, cid))
+        if units is None:
+            # The pool refused before changing anything (no callback ran): the identity
+            # was not consumed.
+            self._next_checkpoint_id = cid
+            return None
+        unit_ids = tuple(units)
+        rec = _Record(prefix_hash, unit_ids, T.ABSENT)
+        self.records[cid] = rec
+        self._apply(cid, rec, row)
+        self._inflight_stores.append(cid)
+        return CheckpointStoreOp(src_slot, unit_ids, self.spec.image_bytes, self.spec.layout_id)
+
+    def complete_inflight(self) -> None:
+        """The batch that carried the last drain's ops has been issued: publish its stores
+        (COPYING -> READY, or release EVICTING and duplicates) and release its restore pins
+        (SPEC B.3 rows 2, 3). O(stores + restores of that batch) (+ log n per publish).
+
+        Raises:
+            IllegalTransitionError: an EVICTING store still holds a pin (G11; unreachable
+                through the public API).
+        """
+        inflight, self._inflight_stores = self._inflight_stores, []
+        for cid in inflight:
+            rec = self.records.get(cid)
+            if rec is None:
+                continue
+            if rec.phase == T.EVICTING:
+                guard = "pinned" if rec.pin_count > 0 else "unpinned"
+                self._apply(cid, rec, T.RECORD.step(T.EVICTING, "publish", guard))
+            elif rec.phase != T.COPYING:
+                continue
+            elif self.lookup(rec.prefix_hash) >= 0:
+                self._apply(cid, rec, T.RECORD.step(T.COPYING, "dedup"))
+            else:
+                self._apply(cid, rec, T.RECORD.step(T.COPYING, "publish"))
+                if self._offload_sink:
+                    self._queue_offload_store(cid)
+        restores, self._inflight_restores = self._inflight_restores, []
+        if restores:
+            self._inflight_slots = {}
+            row = T.RESTORE.step(T.IN_FLIGHT, "complete")
+            for cid, op in restores:
+                self._took(T.RESTORE, row, (cid, op.dst_slot))
+                self._unpin(cid, "restore")
+
+    # -- restores -------------------------------------------------------------------------
+
+    def begin_restore(self, prefix_hash: int, dst_slot: int) -> CheckpointRestoreOp | None:
+        """Queue a restore of ``prefix_hash``'s READY image into ``dst_slot`` and pin it
+        (SPEC B.3 row 4); the record moves to the hot end of the LRU. Takes no units.
+        ``None`` when no READY image exists. O(1).
+
+        Raises:
+            InvalidArgumentError: ``prefix_hash`` not an int, ``dst_slot`` not an int >= 0.
+            SlotBusyError: ``dst_slot`` already has a queued, in-flight or suspended
+                restore (G4).
+        """
+        need_int("prefix_hash", prefix_hash)
+        need_int("dst_slot", dst_slot, 0)
+        cid = self.lookup(prefix_hash)
+        if cid < 0:
+            return None
+        if self._slot_busy(dst_slot):
+            raise SlotBusyError(
+                f"slot {dst_slot} already has a restore queued, in flight or suspended (G4)"
+            )
+        rrow = T.RESTORE.step(T.R_NONE, "begin_restore")
+        rec = self.records[cid]
+        self._apply(cid, rec, T.RECORD.step(rec.phase, "pin_restore"))
+        self._lru.move_to_end(cid)
+        self._refresh(rec)
+        op = CheckpointRestoreOp(dst_slot, rec.unit_ids, self.spec.image_bytes, self.spec.layout_id)
+        self._queued_restores[dst_slot] = (cid, op)
+        self._took(T.RESTORE, rrow, (cid, dst_slot))
+        return op
+
+    def take_restore_ops(self) -> tuple[CheckpointRestoreOp, ...]:
+        """Move every queued restore in flight, in queue order (SPEC B.3 row 5); pins
+        unchanged. O(restores taken)."""
+        queued = self._queued_restores
+        if not queued:
+            return ()
+        self._queued_restores = {}
+        row = T.RESTORE.step(T.QUEUED, "take")
+        inflight = self._inflight_restores
+        slots = self._inflight_slots
+        ops = []
+        for slot, entry in queued.items():
+            inflight.append(entry)
+            slots[slot] = slots.get(slot, 0) + 1
+            ops.append(entry[1])
+            self._took(T.RESTORE, row, (entry[0], slot))
+        return tuple(ops)
+
+    def cancel_queued_restore(self, dst_slot: int) -> None:
+        """Drop the queued restore into ``dst_slot`` and release its pin (SPEC B.3 row 6).
+        O(1).
+
+        Raises:
+            InvalidArgumentError: ``dst_slot`` is not an int.
+        """
+        need_int("dst_slot", dst_slot)
+        entry = self._queued_restores.get(dst_slot)
+        if entry is None:
+            return
+        row = T.RESTORE.step(T.QUEUED, "cancel")
+        del self._queued_restores[dst_slot]
+        self._took(T.RESTORE, row, (entry[0], dst_slot))
+        self._unpin(entry[0], "restore")
+
+    def suspend_queued_restore(self, dst_slot: int) -> SuspendedCheckpointRestore | None:
+        """Take the queued restore into ``dst_slot`` off the queue, keeping its pin, and
+        return a single-use lease on it (SPEC B.3 row 7, G3); ``None`` if none is queued.
+        O(1).
+
+        Raises:
+            InvalidArgumentError: ``dst_slot`` is not an int.
+            AmbiguousSuspendError: never here: the queue holds one restore per slot (G4).
+        """
+        need_int("dst_slot", dst_slot)
+        entry = self._queued_restores.get(dst_slot)
+        if entry is None:
+            return None
+        rrow = T.RESTORE.step(T.QUEUED, "suspend")
+        lrow = T.LEASE.step(T.L_NONE, "suspend")
+        del self._queued_restores[dst_slot]
+        lease_id = self._next_lease_id
+        self._next_lease_id += 1
+        self._suspended[lease_id] = entry
+        _count_add(self._suspended_slots, dst_slot, 1)
+        self._took(T.RESTORE, rrow, (entry[0], dst_slot))
+        self._took(T.LEASE, lrow, lease_id)
+        return SuspendedCheckpointRestore(entry[0], entry[1], lease_id)
+
+    def _live_lease(self, restore: SuspendedCheckpointRestore) -> tuple[int, CheckpointRestoreOp]:
+        if not isinstance(restore, SuspendedCheckpointRestore):
+            raise InvalidArgumentError(f"expected a SuspendedCheckpointRestore, got {restore!r}")
+        entry = self._suspended.get(restore.lease_id)
+        if entry is None:
+            if 0 <= restore.lease_id < self._next_lease_id:
+                raise LeaseReusedError(
+                    f"suspended restore lease {restore.lease_id} was already resumed or"
+                    " released; a lease is single-use (G3)"
+                )
+            raise UnknownOperationError(f"lease {restore.lease_id} was not issued by this store")
+        if entry != (restore.checkpoint_id, restore.op):
+            raise UnknownOperationError(f"lease {restore.lease_id} does not match what was issued")
+        return entry
+
+    def resume_suspended_restore(self, restore: SuspendedCheckpointRestore) -> None:
+        """Put a suspended restore back at the end of the queue (SPEC B.3 row 8), spending
+        the lease. O(1).
+
+        Raises:
+            InvalidArgumentError: ``restore`` is not a :class:`SuspendedCheckpointRestore`.
+            LeaseReusedError: the lease was already resumed or released (G3).
+            UnknownOperationError: the lease was not issued by this store.
+            SourcePinLostError: its record holds no pin (SPEC row 8).
+            SlotBusyError: another restore into the slot is queued or in flight (G4).
+        """
+        cid, op = self._live_lease(restore)
+        rec = self.records.get(cid)
+        if rec is None or rec.pin_count <= 0:
+            raise SourcePinLostError(f"suspended restore of checkpoint {cid} lost its source pin")
+        slot = op.dst_slot
+        if slot in self._queued_restores or slot in self._inflight_slots:
+            raise SlotBusyError(f"slot {slot} already has a restore queued or in flight (G4)")
+        lrow = T.LEASE.step(T.LIVE, "resume")
+        rrow = T.RESTORE.step(T.SUSPENDED, "resume")
+        del self._suspended[restore.lease_id]
+        _count_add(self._suspended_slots, slot, -1)
+        self._queued_restores[slot] = (cid, op)
+        self._took(T.LEASE, lrow, restore.lease_id)
+        self._took(T.RESTORE, rrow, (cid, slot))
+
+    def release_suspended_restore(self, restore: SuspendedCheckpointRestore) -> None:
+        """Drop a suspended restore and its pin (SPEC B.3 row 9), spending the lease. O(1).
+
+        Raises:
+            InvalidArgumentError, LeaseReusedError, UnknownOperationError: as
+                :meth:`resume_suspended_restore`.
+        """
+        cid, op = self._live_lease(restore)
+        lrow = T.LEASE.step(T.LIVE, "release")
+        rrow = T.RESTORE.step(T.SUSPENDED, "release")
+        del self._suspended[restore.lease_id]
+        _count_add(self._suspended_slots, op.dst_slot, -1)
+        self._took(T.LEASE, lrow, restore.lease_id)
+        self._took(T.RESTORE, rrow, (cid, op.dst_slot))
+        self._unpin(cid, "restore")
+
+    # -- index changes --------------------------------------------------------------------
+
+    def unindex(self, prefix_hash: int) -> bool:
+        """The KV prefix ``prefix_hash`` was evicted: make its checkpoint unfindable (SPEC
+        B.3 row 10). READY unpinned records are released; pinned or COPYING ones become
+        EVICTING and keep their units until the last reader or writer is done. Returns
+        whether a record was found. Safe to call re-entrantly from the pool's ``on_evict``.
+        O(1) (+ log n for the LRU heap).
+
+        Raises:
+            InvalidArgumentError: ``prefix_hash`` is not an int.
+        """
+        need_int("prefix_hash", prefix_hash)
+        cid = self.hash_to_checkpoint.get(prefix_hash)
+        if cid is None:
+            cid = self._pending_by_hash.get(prefix_hash)
+        if cid is None:
+            return False
+        rec = self.records.get(cid)
+        if rec is None:
+            return False
+        guard = T.NO_GUARD
+        if rec.phase == _READY:
+            guard = "pinned" if rec.pin_count > 0 else "unpinned"
+        self._apply(cid, rec, T.RECORD.step(rec.phase, "unindex", guard))
+        return True
+
+    def clear(self) -> None:
+        """Unindex everything (SPEC B.3 row 11). Pinned and in-flight records become
+        EVICTING; the rest are released. Queued restores, offload pins, nominations and
+        transfer reservations survive. The change log records one ``None`` bump when the
+        READY set was not empty (G6). O(records): every record changes phase."""
+        plan = []
+        for cid, rec in self.records.items():
+            guard = T.NO_GUARD
+            if rec.phase == _READY:
+                guard = "pinned" if rec.pin_count > 0 else "unpinned"
+            plan.append((cid, rec, T.RECORD.step(rec.phase, "clear", guard)))
+        had_ready = bool(self.hash_to_checkpoint)
+        for _cid, rec, row in plan:
+            rec.phase = row.next
+            rec.pin_count += row.pin_delta
+        self.hash_to_checkpoint.clear()
+        self._pending_by_hash.clear()
+        self._lru.clear()
+        self._victims = []
+        self._num_evictable = 0
+        for cid, _rec, row in plan:
+            if row.units == "release":
+                self._release_record(cid)
+        if had_ready:
+            self._note_change(None)
+        for cid, _rec, row in plan:
+            self._took(T.RECORD, row, cid)
+
+    def adopt_units(self, unit_ids: tuple[int, ...], owner: Hashable, prefix_hash: int) -> bool:
+        """Make a completed external image the READY record of ``prefix_hash`` by retagging
+        ``owner``'s units, with no window in which they are free (SPEC B.3 row 13). If the
+        hash is READY or pending, the units are released and False returned. Not nominated
+        for offload. The identity is taken only after the rekey succeeded (G8). O(units).
+
+        Raises:
+            InvalidArgumentError: wrong unit count or argument types.
+            WrongOwnerError, PartialReleaseError, DuplicateUnitError: the units are not
+                exactly ``owner``'s whole reservation.
+        """
+        need_int("prefix_hash", prefix_hash)
+        if not isinstance(unit_ids, (list, tuple)) or len(unit_ids) != self._units:
+            raise InvalidArgumentError(
+                f"adoption needs exactly {self._units} units, got {unit_ids!r}"
+            )
+        if self.contains_or_pending(prefix_hash):
+            self.pool.release_units(unit_ids, owner)
+            return False
+        row = T.RECORD.step(T.ABSENT, "adopt")
+        cid = self._next_checkpoint_id
+        self.pool.rekey_units(unit_ids, owner, (CHECKPOINT_OWNER, cid))
+        self._next_checkpoint_id += 1
+        rec = _Record(prefix_hash, tuple(unit_ids), T.ABSENT)
+        self.records[cid] = rec
+        self._apply(cid, rec, row)
+        return True
+
+    # -- offload (SPEC B.3 rows 15-21, G7) -------------------------------------------------
+
+    def _queue_offload_store(self, cid: int) -> None:
+        """Nominate ``cid`` without pinning it (SPEC B.3 row 20). O(1) amortized."""
+        ready = self._offload_ready
+        ready.append(cid)
+        while len(ready) > self._offload_backlog_cap:
+            ready.popleft()
+            self.offload_nominations_dropped += 1
+
+    def _pin_offload_source(
+        self, cid: int, *, timeout_reclaimable: bool
+    ) -> tuple[StateStoreOperationId, tuple[int, ...]]:
+        rec = self.records[cid]
+        orow = T.OFFLOAD.step(T.OP_NONE, "take" if timeout_reclaimable else "acquire")
+        prow = T.RECORD.step(rec.phase, "pin_offload" if timeout_reclaimable else "pin_lease")
+        self._apply(cid, rec, prow)
+        self._offload_generation += 1
+        op = StateStoreOperationId(rec.prefix_hash, self._offload_generation)
+        now = self.clock()
+        self._offload_pins[op] = _OffloadPin(cid, now, False, timeout_reclaimable)
+        h = rec.prefix_hash
+        self._ops_by_hash[h] = self._ops_by_hash.get(h, 0) + 1
+        if timeout_reclaimable:
+            rec_ops = self._reclaimable
+            if rec_ops:
+                last = self._offload_pins[next(reversed(rec_ops))].pinned_at
+                if not now >= last:
+                    self._reclaim_in_order = False
+            rec_ops[op] = None
+        self._took(T.OFFLOAD, orow, op)
+        return op, rec.unit_ids
+
+    def _retire_op(self, op: StateStoreOperationId, pin: _OffloadPin) -> None:
+        """Remove ``op`` from the operation map and its indexes."""
+        del self._offload_pins[op]
+        _count_add(self._ops_by_hash, op.prefix_hash, -1)
+        if pin.reclaimable:
+            del self._reclaimable[op]
+            if not self._reclaimable:
+                self._reclaim_in_order = True
+
+    def take_offload_stores(
+        self, max_inflight: int
+    ) -> list[tuple[StateStoreOperationId, tuple[int, ...]]]:
+        """Hand nominated READY images to the CPU tier, pinning each, while fewer than
+        ``max_inflight`` operations are outstanding (SPEC B.3 row 15). A nominee whose hash
+        already has an operation is deferred to the front of the queue, in order; a spent
+        nominee is dropped for good. Returns ``[(op, unit_ids)]``.
+
+        O(handed out + dropped + deferred): deferred nominees each have a distinct hash with
+        an operation outstanding, so there are fewer than ``max_inflight`` of them; dropped
+        ones are paid for by their nomination.
+
+        Raises:
+            InvalidArgumentError: ``max_inflight`` is not a non-negative int.
+        """
+        need_int("max_inflight", max_inflight, 0)
+        out = []
+        deferred: list[int] = []
+        ready = self._offload_ready
+        pins = self._offload_pins
+        records = self.records
+        while ready and len(pins) < max_inflight:
+            cid = ready.popleft()
+            rec = records.get(cid)
+            if rec is None or rec.phase != _READY:
+                continue
+            if rec.prefix_hash in self._ops_by_hash:
+                deferred.append(cid)
+                continue
+            out.append(self._pin_offload_source(cid, timeout_reclaimable=True))
+        if deferred:
+            ready.extendleft(reversed(deferred))
+        return out
+
+    def acquire_checkpoint_source(
+        self, prefix_hash: int, *, max_inflight: int | None = None
+    ) -> tuple[StateStoreOperationId, tuple[int, ...]] | None:
+        """Lease ``prefix_hash``'s READY image for an external transfer (SPEC B.3 row 16).
+        Never timed out; release and settle it like an offload store. ``None`` when over
+        ``max_inflight`` outstanding operations, not READY, or the hash has an operation.
+        O(1).
+
+        Raises:
+            InvalidArgumentError: ``prefix_hash`` not an int, ``max_inflight`` neither None
+                nor a non-negative int.
+        """
+        need_int("prefix_hash", prefix_hash)
+        if max_inflight is not None:
+            need_int("max_inflight", max_inflight, 0)
+            if len(self._offload_pins) >= max_inflight:
+                return None
+        cid = self.lookup(prefix_hash)
+        if cid < 0 or prefix_hash in self._ops_by_hash:
+            return None
+        return self._pin_offload_source(cid, timeout_reclaimable=False)
+
+    def _need_op(self, op: object) -> StateStoreOperationId:
+        if not isinstance(op, StateStoreOperationId):
+            raise InvalidArgumentError(f"op must be a StateStoreOperationId, got {op!r}")
+        return op
+
+    def release_offload_store_source(self, op: StateStoreOperationId) -> None:
+        """Phase 1 report: the gather drained; drop the source pin, keep the op until its
+        terminal report (SPEC B.3 row 18). Unknown or repeated ops are ignored. O(1).
+
+        Raises:
+            InvalidArgumentError: ``op`` is not a :class:`StateStoreOperationId`.
+        """
+        self._need_op(op)
+        pin = self._offload_pins.get(op)
+        if pin is None:
+            return
+        if pin.source_released:
+            self._took(T.OFFLOAD, T.OFFLOAD.step(T.SOURCE_RELEASED, "release_source"), op)
+            return
+        row = T.OFFLOAD.step(T.PINNED, "release_source")
+        pin.source_released = True
+        self._took(T.OFFLOAD, row, op)
+        self._unpin(pin.checkpoint_id, "offload" if pin.reclaimable else "lease")
+
+    def settle_offload_store(self, op: StateStoreOperationId) -> None:
+        """Phase 2 report (stored ok or failed): retire the op, releasing its pin if phase 1
+        never came (SPEC B.3 row 19). Unknown, late or repeated ops are ignored. O(1).
+
+        Raises:
+            InvalidArgumentError: ``op`` is not a :class:`StateStoreOperationId`.
+        """
+        self._need_op(op)
+        pin = self._offload_pins.get(op)
+        if pin is None:
+            return
+        phase = T.SOURCE_RELEASED if pin.source_released else T.PINNED
+        row = T.OFFLOAD.step(phase, "settle")
+        self._retire_op(op, pin)
+        self._took(T.OFFLOAD, row, op)
+        if not pin.source_released:
+            self._unpin(pin.checkpoint_id, "offload" if pin.reclaimable else "lease")
+
+    def reclaim_stale_offload_pins(self, timeout_s: float) -> int:
+        """Retire reclaimable offload ops pinned at or before ``now - timeout_s`` (SPEC B.3
+        row 21), in pin order.
+
+        An op whose source was never released is forfeited: its pin is dropped and
+        ``was_reclaimed(op)`` answers True for good (G7). Leases are never reclaimed.
+        Returns the number of ops retired; ``timeout_s <= 0`` disables reclaim (returns 0).
+        O(1 + retired) with a monotonic clock: only the expired prefix of the reclaimable
+        ops (in pin order) is read; if the clock ever went backwards while reclaimable ops
+        were outstanding, O(reclaimable ops) until they are all gone.
+
+        Raises:
+            InvalidArgumentError: ``timeout_s`` is not a real number of seconds (or is NaN).
+        """
+        if (
+            isinstance(timeout_s, bool)
+            or not isinstance(timeout_s, (int, float))
+            or math.isnan(timeout_s)
+        ):
+            raise InvalidArgumentError(f"timeout_s must be a number of seconds, got {timeout_s!r}")
+        if timeout_s <= 0 or not self._offload_pins:
+            return 0
+        now = self.clock()
+        pins = self._offload_pins
+        stale: list[StateStoreOperationId] = []
+        if self._reclaim_in_order:
+            for op in self._reclaimable:
+                if not pins[op].pinned_at <= now - timeout_s:
+                    break
+                stale.append(op)
+        else:
+            stale = [op for op in self._reclaimable if pins[op].pinned_at <= now - timeout_s]
+        for op in stale:
+            pin = pins[op]
+            phase = T.SOURCE_RELEASED if pin.source_released else T.PINNED
+            row = T.OFFLOAD.step(phase, "reclaim", "reclaimable")
+            self._retire_op(op, pin)
+            self.offload_pins_reclaimed += 1
+            self._took(T.OFFLOAD, row, op)
+            if not pin.source_released:
+                self._unpin(pin.checkpoint_id, "offload")
+                self._remember_forfeit(op)
+        return len(stale)
+
+    def _remember_forfeit(self, op: StateStoreOperationId) -> None:
+        """Remember ``op`` as forfeited; past the bound, forget the lowest generation and
+        raise the watermark to it (G7). O(log bound)."""
+        self._forfeited[op] = None
+        heapq.heappush(self._forfeit_heap, (op.generation, op))
+        while len(self._forfeited) > self._forfeit_bound:
+            gen, oldest = heapq.heappop(self._forfeit_heap)
+            del self._forfeited[oldest]
+            self._forfeit_watermark = max(self._forfeit_watermark, gen)
+
+    # -- snapshot -------------------------------------------------------------------------
+
+    def snapshot(self, **coordinator_fields: Any) -> Snapshot:
+        """Everything observable, as the spec's :class:`Snapshot` (a coordinator passes its
+        own fields through ``coordinator_fields``). O(state)."""
+        free, dirty, tags = self.pool.snapshot_parts()
+        return Snapshot(
+            num_units=self.pool.num_units,
+            units_per_checkpoint=self._units,
+            free=free,
+            dirty=dirty,
+            tags=tags,
+            records={
+                c: RecordView(r.prefix_hash, r.unit_ids, r.phase, r.pin_count)
+                for c, r in self.records.items()
+            },
+            index=dict(self.hash_to_checkpoint),
+            pending=dict(self._pending_by_hash),
+            lru=tuple(self._lru),
+            inflight_stores=tuple(self._inflight_stores),
+            queued_restores=tuple((c, op.dst_slot) for c, op in self._queued_restores.values()),
+            inflight_restores=tuple((c, op.dst_slot) for c, op in self._inflight_restores),
+            suspended=tuple(
+                sorted((lid, c, op.dst_slot) for lid, (c, op) in self._suspended.items())
+            ),
+            offload_sink=self._offload_sink,
+            offload_ready=tuple(self._offload_ready),
+            offload_backlog_cap=self._offload_backlog_cap,
+            offload_pins={
+                op: OffloadPinView(p.checkpoint_id, p.source_released, p.reclaimable, p.pinned_at)
+                for op, p in self._offload_pins.items()
+            },
+            forfeited=frozenset(self._forfeited),
+            forfeit_watermark=self._forfeit_watermark,
+            forfeit_bound=self._forfeit_bound,
+            generation=self.generation,
+            next_checkpoint_id=self._next_checkpoint_id,
+            offload_generation=self._offload_generation,
+            evictions=self.evictions,
+            offload_pins_reclaimed=self.offload_pins_reclaimed,
+            offload_nominations_dropped=self.offload_nominations_dropped,
+            **coordinator_fields,
+        )
+
