@@ -1,0 +1,658 @@
+"""Production coordinator: pending boundaries, the per-pass drain, transfers, midstep scratch
+and fates (SPEC D with G1 and G5), over indexes.
+
+Same public calls, arguments, return values, errors and :class:`Snapshot` as the reference
+model's coordinator. Scratch slots and transfer reservations move only through the
+``scratch`` and ``transfer`` tables of :mod:`pagedstate.spec.tables`.
+
+Indexes instead of walks:
+
+- pending boundaries in filing order, plus the one pending key per sequence (G1 / C20:
+  at most one survives per sequence) and the sequences pending per hash, so ``checkpoint``,
+  ``forget_pending`` and ``unindex`` touch only the entries they remove;
+- queued scratch stores in queue order keyed by slot, plus the slots queued per hash, so
+  ``reserve_midstep``'s "already queued" test and ``unindex``'s orphaning (G5) are O(1)
+  per entry; a drain leaves the over-budget remainder in place instead of copying it.
+
+Transition hook subjects (see :mod:`pagedstate.impl.store`): the scratch slot for
+``scratch`` (for the over-budget self-loop, recorded once per drain, the first slot left
+queued); the owner for ``transfer``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from pagedstate.spec import tables as T
+from pagedstate.spec.errors import InvalidArgumentError, UnknownOperationError
+from pagedstate.spec.snapshot import Snapshot
+from pagedstate.spec.types import (
+    TRANSFER_OWNER,
+    CheckpointRestoreOp,
+    CheckpointStoreOp,
+    PagedStateCheckpointSpec,
+    ScratchSlotPool,
+    SequenceLike,
+    StateStoreOperationId,
+    SuspendedCheckpointRestore,
+)
+
+from ._args import is_int, need_int
+from .pool import UnitPool
+from .store import (
+    DEFAULT_CHANGE_LOG_SIZE,
+    DEFAULT_FORFEIT_BOUND,
+    DEFAULT_OFFLOAD_BACKLOG_CAP,
+    PageUnitCheckpointStore,
+    RowSink,
+    TransitionHook,
+)
+
+__all__ = ["PagedStateCheckpointCoordinator"]
+
+_PendingKey = tuple[int, int]
+
+
+class PagedStateCheckpointCoordinator:
+    """Production coordinator (SPEC D).
+
+    Args:
+        pool: the unit pool (shared with the engine's KV side; see :mod:`pagedstate.impl.pool`).
+        spec: image geometry.
+        enabled: prefix caching on and the model has per-request state.
+        offload: the CPU tier's index (anything with ``could_serve(h)``), or None; also
+            switches the store's offload sink on.
+        readable_midstep: the backend exposes interior states (midstep scratch stores).
+        clock, offload_backlog_cap, forfeit_bound, change_log_size: passed to the store.
+
+    Raises:
+        InvalidArgumentError: as :class:`PageUnitCheckpointStore`.
+
+    Every call is O(1) amortized (plus O(log n) where the store's LRU heap is involved),
+    except where noted: the drain and completion cost what they hand out or release,
+    ``clear_index`` is O(records + queued scratch), ``resumable_hit`` O(hit).
+    """
+
+    successor_room = 0.0
+    #: The store class the coordinator builds.
+    store_class: type[PageUnitCheckpointStore] = PageUnitCheckpointStore
+
+    def __init__(
+        self,
+        pool: UnitPool,
+        spec: PagedStateCheckpointSpec,
+        enabled: bool,
+        offload: Any = None,
+        readable_midstep: bool = False,
+        *,
+        clock: Callable[[], float] | None = None,
+        offload_backlog_cap: int = DEFAULT_OFFLOAD_BACKLOG_CAP,
+        forfeit_bound: int = DEFAULT_FORFEIT_BOUND,
+        change_log_size: int = DEFAULT_CHANGE_LOG_SIZE,
+    ) -> None:
+        self.enabled = bool(enabled)
+        self.readable_midstep = bool(readable_midstep)
+        self.offload = offload
+        self.store = self.store_class(
+            pool,
+            spec,
+            offload_sink=offload is not None,
+            clock=clock,
+            offload_backlog_cap=offload_backlog_cap,
+            forfeit_bound=forfeit_bound,
+            change_log_size=change_log_size,
+        )
+        self._scratch: ScratchSlotPool | None = None
+        self._max_ops_per_batch = 0
+        self._scratch_reserved: set[int] = set()
+        # Queued scratch stores: slot -> hash, in queue order; and the slots per hash.
+        self._scratch_queued: OrderedDict[int, int] = OrderedDict()
+        self._scratch_by_hash: dict[int, dict[int, None]] = {}
+        self._scratch_issued: list[int] = []
+        # Pending boundaries: (id(seq), h) -> (seq, h) in filing order; the key per
+        # sequence; the sequence ids per hash.
+        self._pending: dict[_PendingKey, tuple[SequenceLike, int]] = {}
+        self._pending_of_seq: dict[int, _PendingKey] = {}
+        self._pending_by_hash: dict[int, dict[int, None]] = {}
+        self._store_ops: list[CheckpointStoreOp] = []
+        self._transfer_units: dict[Hashable, tuple[int, ...]] = {}
+        self.checkpoints_kept = 0
+        self.checkpoints_dropped = 0
+        self.checkpoints_orphaned = 0
+
+    @property
+    def row_sink(self) -> RowSink | None:
+        """The store's row sink (coordinator rows are recorded there too)."""
+        return self.store.row_sink
+
+    @row_sink.setter
+    def row_sink(self, sink: RowSink | None) -> None:
+        self.store.row_sink = sink
+
+    @property
+    def on_transition(self) -> TransitionHook | None:
+        """The store's transition hook (coordinator rows are reported there too)."""
+        return self.store.on_transition
+
+    @on_transition.setter
+    def on_transition(self, hook: TransitionHook | None) -> None:
+        self.store.on_transition = hook
+
+    def clone(self) -> PagedStateCheckpointCoordinator:
+        """A deep copy (the scratch pool must offer ``clone()``; the offload index, clock,
+        row sink and hook are shared). O(state)."""
+        c = type(self).__new__(type(self))
+        c.__dict__.update(self.__dict__)
+        c.store = self.store.clone()
+        if self._scratch is not None:
+            c._scratch = self._scratch.clone()  # type: ignore[attr-defined]
+        c._scratch_reserved = set(self._scratch_reserved)
+        c._scratch_queued = OrderedDict(self._scratch_queued)
+        c._scratch_by_hash = {h: dict(s) for h, s in self._scratch_by_hash.items()}
+        c._scratch_issued = list(self._scratch_issued)
+        c._pending = dict(self._pending)
+        c._pending_of_seq = dict(self._pending_of_seq)
+        c._pending_by_hash = {h: dict(s) for h, s in self._pending_by_hash.items()}
+        c._store_ops = list(self._store_ops)
+        c._transfer_units = dict(self._transfer_units)
+        return c
+
+    @property
+    def pool(self) -> UnitPool:
+        """The store's unit pool."""
+        return self.store.pool
+
+    def applies(self, seq: SequenceLike) -> bool:
+        """Whether checkpoints apply to ``seq`` at all. O(1)."""
+        return self.enabled and bool(seq.has_per_req_cache)
+
+    def _took(self, table: T.Table, row: T.Row, subject: object) -> None:
+        self.store._took(table, row, subject)
+
+    # -- midstep scratch (SPEC D.1 steps 4-6, G5) -----------------------------------------
+
+    def attach_midstep_scratch(self, slot_pool: ScratchSlotPool, max_ops_per_batch: int) -> None:
+        """Where scratch slots come from, and the per-batch copy budget
+        (``checkpoint_copy_ops_per_batch(max_num_seqs)``). O(1).
+
+        Raises:
+            InvalidArgumentError: ``max_ops_per_batch`` is not a non-negative int.
+        """
+        need_int("max_ops_per_batch", max_ops_per_batch, 0)
+        self._scratch = slot_pool
+        self._max_ops_per_batch = max_ops_per_batch
+
+    def reserve_midstep(
+        self, seq: SequenceLike, positions: list[tuple[int, int]]
+    ) -> list[tuple[int, int, int]]:
+        """Borrow a scratch slot per ``(position, hash)``; returns ``(slot, pos, h)`` triples,
+        order-preserving, stopping (and counting one drop) at the first position with no
+        free slot. Hashes already queued, READY or pending are skipped. O(len(positions)).
+
+        Raises:
+            InvalidArgumentError: a position is not an ``(int, int)`` pair.
+        """
+        for item in positions:
+            if not (isinstance(item, tuple) and len(item) == 2 and all(map(is_int, item))):
+                raise InvalidArgumentError(f"positions must be (int, int) pairs, got {item!r}")
+        scratch = self._scratch
+        if not (self.readable_midstep and self.applies(seq)) or scratch is None:
+            return []
+        queued = self._scratch_by_hash
+        store = self.store
+        out = []
+        for pos, h in positions:
+            if h in queued or store.contains_or_pending(h):
+                continue
+            if not scratch.has_free():
+                self.checkpoints_dropped += 1
+                break
+            row = T.SCRATCH.step(T.FREE, "reserve")
+            slot = scratch.pop()
+            self._scratch_reserved.add(slot)
+            out.append((slot, pos, h))
+            self._took(T.SCRATCH, row, slot)
+        return out
+
+    def _need_reservations(self, reservations: list[tuple[int, int, int]]) -> None:
+        slots = []
+        for r in reservations:
+            if not (isinstance(r, tuple) and len(r) == 3):
+                raise InvalidArgumentError(f"a reservation is (slot, pos, h), got {r!r}")
+            slots.append(r[0])
+        if len(set(slots)) != len(slots) or not set(slots) <= self._scratch_reserved:
+            raise UnknownOperationError(
+                f"scratch slots {slots} are not all outstanding reservations of this coordinator"
+            )
+
+    def publish_midstep(self, reservations: list[tuple[int, int, int]], seq: object = None) -> None:
+        """The forward wrote the scratch slots: queue ``(h, slot)`` for the next drain.
+        O(len(reservations)).
+
+        Raises:
+            InvalidArgumentError: a reservation is not a ``(slot, pos, h)`` triple.
+            UnknownOperationError: a slot is not an outstanding reservation, or repeats.
+        """
+        del seq
+        self._need_reservations(reservations)
+        row = T.SCRATCH.step(T.S_RESERVED, "publish")
+        for slot, _pos, h in reservations:
+            self._scratch_reserved.discard(slot)
+            self._scratch_queued[slot] = h
+            self._scratch_by_hash.setdefault(h, {})[slot] = None
+            self._took(T.SCRATCH, row, slot)
+
+    def cancel_midstep(self, reservations: list[tuple[int, int, int]]) -> None:
+        """The forward never ran: return the scratch slots. O(len(reservations)).
+
+        Raises:
+            InvalidArgumentError, UnknownOperationError: as :meth:`publish_midstep`.
+        """
+        self._need_reservations(reservations)
+        if not reservations:
+            return
+        row = T.SCRATCH.step(T.S_RESERVED, "cancel")
+        scratch = self._scratch
+        assert scratch is not None
+        for slot, _pos, _h in reservations:
+            self._scratch_reserved.discard(slot)
+            scratch.release(slot)
+            self._took(T.SCRATCH, row, slot)
+
+    def _unqueue_scratch(self, slot: int, h: int) -> None:
+        slots = self._scratch_by_hash[h]
+        del slots[slot]
+        if not slots:
+            del self._scratch_by_hash[h]
+
+    def _take_scratch_stores(self, budget: int) -> None:
+        queued = self._scratch_queued
+        scratch = self._scratch
+        assert scratch is not None
+        store = self.store
+        while queued:
+            if budget <= 0:
+                row = T.SCRATCH.step(T.S_QUEUED, "issue", "over_budget")
+                self._took(T.SCRATCH, row, next(iter(queued)))
+                return
+            slot, h = queued.popitem(last=False)
+            self._unqueue_scratch(slot, h)
+            op = None
+            if not store.contains_or_pending(h):
+                op = store.begin_store(h, slot)
+            if op is None:
+                row = T.SCRATCH.step(T.S_QUEUED, "issue", "refused")
+                scratch.release(slot)
+                self.checkpoints_dropped += 1
+                self._took(T.SCRATCH, row, slot)
+                continue
+            row = T.SCRATCH.step(T.S_QUEUED, "issue", "begun")
+            self._store_ops.append(op)
+            self._scratch_issued.append(slot)
+            self.checkpoints_kept += 1
+            budget -= 1
+            self._took(T.SCRATCH, row, slot)
+
+    # -- admission ------------------------------------------------------------------------
+
+    def resumable_hit(
+        self,
+        seq: SequenceLike,
+        hit: int,
+        block_hashes: list[int],
+        assume_checkpointed: bool = False,
+    ) -> int:
+        """Longest prefix (in blocks, ``<= hit``) whose boundary state can be produced, in HBM
+        or (optimistically) from the CPU tier; 0 when none (SPEC D.1 step 2). O(hit): one
+        lookup per block scanned, newest first.
+
+        Raises:
+            InvalidArgumentError: ``hit`` negative or beyond ``len(block_hashes)``.
+        """
+        need_int("hit", hit, 0)
+        if hit > len(block_hashes):
+            raise InvalidArgumentError(f"hit {hit} exceeds the {len(block_hashes)} block hashes")
+        if not self.applies(seq):
+            return hit
+        for i in range(hit - 1, -1, -1):
+            if assume_checkpointed or self._reachable(block_hashes[i]):
+                return i + 1
+        return 0
+
+    def _reachable(self, h: int) -> bool:
+        if self.store.contains(h):
+            return True
+        return self.offload is not None and bool(self.offload.could_serve(h))
+
+    # -- pending boundaries (SPEC D.1 steps 5, 6, 8, G1) ----------------------------------
+
+    def _drop_pending(self, key: _PendingKey) -> None:
+        sid, h = key
+        del self._pending[key]
+        del self._pending_of_seq[sid]
+        seqs = self._pending_by_hash[h]
+        del seqs[sid]
+        if not seqs:
+            del self._pending_by_hash[h]
+
+    def checkpoint(self, seq: SequenceLike, boundary_blocks: int, h: int) -> None:
+        """File boundary ``h`` of ``seq`` to be stored at the next drain from its slot.
+
+        At most one pending boundary per sequence survives: a different ``h`` supersedes
+        (and counts as dropped) the earlier one; re-filing the same ``h`` changes nothing
+        (G1). Ignored when checkpoints do not apply or ``seq.state_slot < 0``. O(1).
+
+        Raises:
+            InvalidArgumentError: ``boundary_blocks`` not an int >= 0 or ``h`` not an int.
+        """
+        need_int("boundary_blocks", boundary_blocks, 0)
+        need_int("h", h)
+        if not (self.applies(seq) and seq.state_slot >= 0):
+            return
+        sid = id(seq)
+        key = (sid, h)
+        if key in self._pending:
+            return
+        old = self._pending_of_seq.get(sid)
+        if old is not None:
+            self._drop_pending(old)
+            self.checkpoints_dropped += 1
+        self._pending[key] = (seq, h)
+        self._pending_of_seq[sid] = key
+        self._pending_by_hash.setdefault(h, {})[sid] = None
+
+    def forget_pending(self, seq: SequenceLike) -> None:
+        """``seq`` is leaving its slot: drop its pending boundary (not counted) and cancel
+        the queued restore into its slot. O(1).
+
+        Raises:
+            InvalidArgumentError: ``seq.state_slot`` is non-negative but not an int (checked
+                before anything changes, G8).
+        """
+        slot = seq.state_slot
+        if slot >= 0 and not is_int(slot):
+            raise InvalidArgumentError(f"dst_slot must be an int, got {slot!r}")
+        old = self._pending_of_seq.get(id(seq))
+        if old is not None:
+            self._drop_pending(old)
+        if slot >= 0:
+            self.store.cancel_queued_restore(slot)
+
+    def restore_queued_for(self, dst_slot: int) -> bool:
+        """Whether a queued restore will write ``dst_slot`` (evidence for a claimed hit,
+        S9). O(1)."""
+        return self.store.restore_queued_for(dst_slot)
+
+    def begin_restore(self, h: int, dst_slot: int) -> bool:
+        """Queue a restore of ``h`` into ``dst_slot``; False when ``h`` is not READY. O(1).
+
+        Raises:
+            InvalidArgumentError, SlotBusyError: as the store's ``begin_restore``.
+        """
+        return self.store.begin_restore(h, dst_slot) is not None
+
+    def take_checkpoint_ops(
+        self,
+    ) -> tuple[tuple[CheckpointStoreOp, ...], tuple[CheckpointRestoreOp, ...]]:
+        """The drain of a non-empty batch: begin the pending boundary stores (filing order),
+        take the queued restores, then begin queued scratch stores within the per-batch
+        budget (SPEC D.1 step 6). Returns ``(stores, restores)`` for this batch's copy
+        launch. O(pending + restores + scratch issued), each paid for by its filing.
+
+        Raises:
+            InvalidArgumentError: a pending sequence's ``state_slot`` is non-negative but not
+                an int (checked for every pending sequence before anything changes, G8).
+        """
+        pending = self._pending
+        for seq, _h in pending.values():
+            if seq.state_slot >= 0 and not is_int(seq.state_slot):
+                raise InvalidArgumentError(
+                    f"a sequence's state_slot must be an int, got {seq.state_slot!r}"
+                )
+        self._pending = {}
+        self._pending_of_seq = {}
+        self._pending_by_hash = {}
+        store = self.store
+        for seq, h in pending.values():
+            src = seq.state_slot
+            if src < 0 or store.contains_or_pending(h):
+                continue
+            op = store.begin_store(h, src)
+            if op is None:
+                self.checkpoints_dropped += 1
+                continue
+            self._store_ops.append(op)
+            self.checkpoints_kept += 1
+        restores = store.take_restore_ops()
+        if self._scratch_queued:
+            self._take_scratch_stores(
+                self._max_ops_per_batch - len(self._store_ops) - len(restores)
+            )
+        stores, self._store_ops = self._store_ops, []
+        return tuple(stores), restores
+
+    def complete_previous_batch(self) -> None:
+        """Top of a pass: the last drain's batch was issued. Publish its stores, release its
+        restore pins and return its scratch slots (SPEC D.1 step 1). O(what it releases)."""
+        self.store.complete_inflight()
+        issued, self._scratch_issued = self._scratch_issued, []
+        if issued:
+            row = T.SCRATCH.step(T.ISSUED, "complete")
+            scratch = self._scratch
+            assert scratch is not None
+            for slot in issued:
+                scratch.release(slot)
+                self._took(T.SCRATCH, row, slot)
+
+    def has_available_units(self, count: int, protected_hash: int | None = None) -> bool:
+        """See :meth:`PageUnitCheckpointStore.has_available_units`. O(1)."""
+        return self.store.has_available_units(count, protected_hash)
+
+    def ensure_free_units(self, count: int) -> bool:
+        """See :meth:`PageUnitCheckpointStore.ensure_free_units`."""
+        return self.store.ensure_free_units(count)
+
+    # -- transfers (SPEC D.1 step 12) -----------------------------------------------------
+
+    def reserve_transfer_units(self, owner: Hashable) -> tuple[int, ...] | None:
+        """Reserve one image's units for an external load, tagged ``("state-transfer",
+        owner)``. ``owner`` must include a generation. ``None`` for a duplicate active owner
+        or when no room can be made (evicting only unpinned READY records). The pool may
+        fire ``on_evict`` inside the reservation (SPEC A.4). O(1 + units + evictions).
+
+        Raises:
+            InvalidArgumentError: ``owner`` is None or unhashable.
+        """
+        if owner is None:
+            raise InvalidArgumentError("a transfer reservation needs an owner, got None")
+        try:
+            hash(owner)
+        except TypeError as exc:
+            raise InvalidArgumentError(f"owner must be hashable, got {owner!r}") from exc
+        if owner in self._transfer_units:
+            return None
+        store = self.store
+        u = store.units_per_checkpoint
+        if not store.ensure_free_units(u):
+            return None
+        row = T.TRANSFER.step(T.T_NONE, "reserve")
+        units = self.pool.reserve_units(u, (TRANSFER_OWNER, owner))
+        if units is None:
+            return None
+        held = tuple(units)
+        self._transfer_units[owner] = held
+        self._took(T.TRANSFER, row, owner)
+        return held
+
+    def release_transfer_units(self, owner: Hashable) -> None:
+        """Release a reservation, once; unknown owners (another generation) are ignored.
+        O(units).
+
+        Raises:
+            TypeError: ``owner`` is unhashable (as the reference).
+        """
+        units = self._transfer_units.get(owner)
+        if units is None:
+            return
+        row = T.TRANSFER.step(T.RESERVED, "release")
+        self.pool.release_units(units, (TRANSFER_OWNER, owner))
+        del self._transfer_units[owner]
+        self._took(T.TRANSFER, row, owner)
+
+    def adopt_transfer_units(self, owner: Hashable, prefix_hash: int) -> bool:
+        """Publish a completed external image as ``prefix_hash``'s READY record, with no free
+        window; False (units released) if the hash is READY or pending, or the owner has no
+        reservation. The reservation is dropped only after adoption returned. O(units).
+
+        Raises:
+            InvalidArgumentError: ``prefix_hash`` is not an int.
+        """
+        need_int("prefix_hash", prefix_hash)
+        units = self._transfer_units.get(owner)
+        if units is None:
+            return False
+        adopted = self.store.adopt_units(units, (TRANSFER_OWNER, owner), prefix_hash)
+        row = T.TRANSFER.step(T.RESERVED, "adopt", "fresh" if adopted else "duplicate")
+        del self._transfer_units[owner]
+        self._took(T.TRANSFER, row, owner)
+        return adopted
+
+    def suspend_queued_restore(self, dst_slot: int) -> SuspendedCheckpointRestore | None:
+        """See :meth:`PageUnitCheckpointStore.suspend_queued_restore`."""
+        return self.store.suspend_queued_restore(dst_slot)
+
+    def resume_suspended_restore(self, restore: SuspendedCheckpointRestore) -> None:
+        """See :meth:`PageUnitCheckpointStore.resume_suspended_restore`."""
+        self.store.resume_suspended_restore(restore)
+
+    def release_suspended_restore(self, restore: SuspendedCheckpointRestore) -> None:
+        """See :meth:`PageUnitCheckpointStore.release_suspended_restore`."""
+        self.store.release_suspended_restore(restore)
+
+    def contains(self, h: int) -> bool:
+        """Whether HBM holds a READY image of ``h`` now. O(1)."""
+        return self.store.contains(h)
+
+    # -- offload --------------------------------------------------------------------------
+
+    def attach_offload(self, index: Any, *, sink: bool = True) -> None:
+        """Wire the CPU tier in: the vote (``resumable_hit``) and the sink (nominations)
+        together; ``sink=False`` for a load-only role. O(1) (O(backlog) to drop it)."""
+        self.offload = index
+        self.store.offload_sink = index is not None and bool(sink)
+
+    def take_offload_stores(
+        self, max_inflight: int
+    ) -> list[tuple[StateStoreOperationId, tuple[int, ...]]]:
+        """See :meth:`PageUnitCheckpointStore.take_offload_stores`."""
+        return self.store.take_offload_stores(max_inflight)
+
+    def acquire_checkpoint_source(
+        self, prefix_hash: int, *, max_inflight: int | None = None
+    ) -> tuple[StateStoreOperationId, tuple[int, ...]] | None:
+        """See :meth:`PageUnitCheckpointStore.acquire_checkpoint_source`."""
+        return self.store.acquire_checkpoint_source(prefix_hash, max_inflight=max_inflight)
+
+    def release_offload_store_source(self, op: StateStoreOperationId) -> None:
+        """See :meth:`PageUnitCheckpointStore.release_offload_store_source`."""
+        self.store.release_offload_store_source(op)
+
+    def settle_offload_store(self, op: StateStoreOperationId) -> None:
+        """See :meth:`PageUnitCheckpointStore.settle_offload_store`."""
+        self.store.settle_offload_store(op)
+
+    def has_offload_pins(self) -> bool:
+        """See :meth:`PageUnitCheckpointStore.has_offload_pins`."""
+        return self.store.has_offload_pins()
+
+    def reclaim_stale_offload_pins(self, timeout_s: float) -> int:
+        """See :meth:`PageUnitCheckpointStore.reclaim_stale_offload_pins`."""
+        return self.store.reclaim_stale_offload_pins(timeout_s)
+
+    def was_reclaimed(self, op: StateStoreOperationId) -> bool:
+        """See :meth:`PageUnitCheckpointStore.was_reclaimed`."""
+        return self.store.was_reclaimed(op)
+
+    # -- index changes (SPEC D.1 steps 9, 10, G5) -----------------------------------------
+
+    def unindex(self, h: int) -> None:
+        """The KV prefix ``h`` was evicted: drop every pending boundary and queued scratch
+        store of ``h`` (G5) and unindex its checkpoint; counts one orphan if anything went.
+        Safe to call re-entrantly from the pool's ``on_evict`` (SPEC A.4). O(entries
+        removed) (+ log n for the store's LRU heap).
+
+        Raises:
+            InvalidArgumentError: ``h`` is not an int.
+        """
+        need_int("h", h)
+        seqs = self._pending_by_hash.pop(h, None)
+        if seqs:
+            for sid in seqs:
+                del self._pending[(sid, h)]
+                del self._pending_of_seq[sid]
+        scratch = 0
+        slots = self._scratch_by_hash.pop(h, None)
+        if slots:
+            row = T.SCRATCH.step(T.S_QUEUED, "orphan")
+            pool = self._scratch
+            assert pool is not None
+            for slot in slots:
+                del self._scratch_queued[slot]
+                pool.release(slot)
+                scratch += 1
+                self._took(T.SCRATCH, row, slot)
+        removed = self.store.unindex(h)
+        if seqs or scratch or removed:
+            self.checkpoints_orphaned += 1
+
+    def clear_index(self) -> None:
+        """Admin reset: drop pending boundaries and queued scratch stores (their slots return,
+        one orphan counted if any, G5) and clear the store. Transfers and leases survive.
+        O(records + pending + queued scratch)."""
+        self._pending.clear()
+        self._pending_of_seq.clear()
+        self._pending_by_hash.clear()
+        queued = self._scratch_queued
+        if queued:
+            row = T.SCRATCH.step(T.S_QUEUED, "orphan")
+            pool = self._scratch
+            assert pool is not None
+            self._scratch_queued = OrderedDict()
+            self._scratch_by_hash = {}
+            for slot in queued:
+                pool.release(slot)
+                self._took(T.SCRATCH, row, slot)
+            self.checkpoints_orphaned += 1
+        self.store.clear()
+
+    def checkpoint_fates(self) -> dict[str, int]:
+        """What became of the checkpoints (SPEC D.1 step 13). O(1) (+ the tier's stats)."""
+        store = self.store
+        fates = {
+            "checkpoints_kept": self.checkpoints_kept,
+            "checkpoints_dropped": self.checkpoints_dropped,
+            "checkpoints_evicted": store.evictions,
+            "offload_pins_reclaimed": store.offload_pins_reclaimed,
+            "checkpoints_orphaned": self.checkpoints_orphaned,
+        }
+        stats = getattr(self.offload, "stats", None) if self.offload is not None else None
+        if callable(stats):
+            fates.update((f"state_offload_{k}", v) for k, v in stats().items())
+        fates["state_offload_store_backlog"] = len(store._offload_ready)
+        fates["state_offload_nominations_dropped"] = store.offload_nominations_dropped
+        return fates
+
+    def snapshot(self) -> Snapshot:
+        """The store's snapshot plus the coordinator's structures. O(state)."""
+        return self.store.snapshot(
+            pending_boundaries=tuple((k[0], h) for k, (_, h) in self._pending.items()),
+            transfers=dict(self._transfer_units),
+            scratch_reserved=frozenset(self._scratch_reserved),
+            scratch_queued=tuple((h, slot) for slot, h in self._scratch_queued.items()),
+            scratch_issued=tuple(self._scratch_issued),
+            checkpoints_kept=self.checkpoints_kept,
+            checkpoints_dropped=self.checkpoints_dropped,
+            checkpoints_orphaned=self.checkpoints_orphaned,
+        )
