@@ -1,0 +1,181 @@
+"""Bounded exhaustive conformance (ARCHITECTURE layer 4): every state the explorer reaches on
+the reference model is reached on the production store by the same trace, with equal
+results and snapshots.
+
+:func:`conform` is the explorer's breadth-first search (same configuration, same action
+order, same canonical key, refused actions not expanded, same depth bound) run over a pair
+of worlds: the reference world and a world whose coordinator, pool and scratch pool are the
+production ones. Each node carries both worlds, so the production world of a state has been
+driven through exactly the shortest trace the explorer found for it. For **every generated
+transition** (not only the new states) the two worlds must return equal values or raise the
+same error class, and end with equal snapshots; a refused action must leave the production
+snapshot unchanged (G8). Every new state is also checked for environment agreement
+(``World.problems``) on the production world, and, when asked, drained to all-free on the
+production world too. The rows the two take must be the same set.
+
+The search visits exactly the explorer's distinct states (asserted against
+``explore()`` on a small bound), so "states replayed" below is the explorer's count.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+import attrs
+import pytest
+
+from pagedstate import impl as I
+from pagedstate.models.explorer import CONFIGS, explore
+from pagedstate.models.world import Config, World
+from pagedstate.spec import PagedStateError, check_invariants
+
+
+def impl_coordinator(pool: Any, spec: Any, *args: Any, **kwargs: Any) -> Any:
+    """The world's coordinator factory for the production store: it ignores the reference
+    pool the world built and uses a production pool of the same size."""
+    return I.PagedStateCheckpointCoordinator(I.UnitPool(pool.num_units), spec, *args, **kwargs)
+
+
+def impl_world(cfg: Config) -> World:
+    """A world over the production coordinator, pool and scratch slot pool."""
+    w = cfg.build(impl_coordinator)
+    if cfg.scratch_slots:
+        first = cfg.seqs
+        w.coord.attach_midstep_scratch(
+            I.SlotPool(range(first, first + cfg.scratch_slots)), cfg.max_ops_per_batch
+        )
+    return w
+
+
+@attrs.define
+class Conformance:
+    """What a conformance search covered."""
+
+    distinct: int = 0
+    transitions: int = 0
+    refused: int = 0
+    depth: int = 0
+    seconds: float = 0.0
+    rows: set[tuple[str, int]] = attrs.field(factory=set)
+
+
+def _act(world: World, name: str, args: tuple[Any, ...]) -> tuple[str, Any]:
+    try:
+        return "ok", world.act(name, *args)
+    except PagedStateError as exc:
+        return "raised", type(exc)
+
+
+def conform(cfg: Config, *, check_drain: bool = False) -> Conformance:
+    """Breadth-first search over ``cfg`` (honouring ``cfg.max_depth``) in lockstep; raises
+    AssertionError, naming the trace, at the first disagreement."""
+    t0 = time.perf_counter()
+    out = Conformance()
+    ref, imp = cfg.build(), impl_world(cfg)
+    rsink: set[tuple[str, int]] = set()
+    isink: set[tuple[str, int]] = set()
+    ref.coord.row_sink, imp.coord.row_sink = rsink, isink
+    assert ref.snapshot() == imp.snapshot()
+    if check_drain:
+        assert (ref.drain_problems(), imp.drain_problems()) == ([], [])
+    parents: dict[Any, tuple[Any, Any] | None] = {ref.key(): None}
+
+    def trace(key: Any, last: Any) -> list[Any]:
+        steps = [last]
+        while (entry := parents[key]) is not None:
+            key, act = entry
+            steps.append(act)
+        return steps[::-1]
+
+    queue: deque[tuple[World, World, Any, int]] = deque([(ref, imp, ref.key(), 0)])
+    out.distinct = 1
+    while queue:
+        rw, iw, key, depth = queue.popleft()
+        out.depth = max(out.depth, depth)
+        if cfg.max_depth is not None and depth >= cfg.max_depth:
+            continue
+        before = rw.snapshot()
+        for action in rw.actions():
+            name, args = action
+            rn, inx = rw.clone(), iw.clone()
+            r = _act(rn, name, args)
+            i = _act(inx, name, args)
+            out.transitions += 1
+            rs, is_ = rn.snapshot(), inx.snapshot()
+            if r != i or rs != is_:
+                where = f"trace {trace(key, action)}"
+                assert r == i, f"{where}: reference {r}, production {i}"
+                raise AssertionError(f"{where}: " + "; ".join(rs.diff(is_)))
+            if r[0] == "raised":
+                out.refused += 1
+                assert is_ == before, f"trace {trace(key, action)}: refused but changed"
+                continue
+            nkey = rn.key()
+            if nkey in parents:
+                continue
+            parents[nkey] = (key, action)
+            out.distinct += 1
+            problems = inx.problems()
+            assert problems == [], f"trace {trace(key, action)}: {problems}"
+            if check_drain:
+                # Both, so the two row sinks (shared with the drained clones) stay comparable.
+                drained = (rn.drain_problems(), inx.drain_problems())
+                assert drained == ([], []), f"trace {trace(key, action)}: {drained}"
+            queue.append((rn, inx, nkey, depth + 1))
+    assert rsink == isink, f"rows taken differ: {sorted(rsink ^ isink)}"
+    out.rows = isink
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def test_conformance_visits_exactly_the_explorers_states() -> None:
+    cfg = attrs.evolve(CONFIGS["tiny"], max_depth=5)
+    got = conform(cfg, check_drain=True)
+    report = explore(cfg)
+    assert got.distinct == report.distinct
+    assert got.rows == report.rows_hit
+    assert check_invariants(impl_world(cfg).snapshot()) == []
+
+
+def test_conformance_catches_a_planted_difference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A production store that hands out the newest victim instead of the LRU one is caught
+    with a trace."""
+
+    def newest_first(self: Any, protected: int = -1) -> int:
+        for cid in reversed(self._lru):
+            if self._is_evictable(cid, protected):
+                return int(cid)
+        return -1
+
+    monkeypatch.setattr(I.PageUnitCheckpointStore, "_next_victim", newest_first)
+    with pytest.raises(AssertionError, match="trace"):
+        conform(attrs.evolve(CONFIGS["default"], max_depth=6))
+
+
+def test_conformance_default_depth_6() -> None:
+    """``default`` (two-unit images, every feature on) to depth 6, every transition compared."""
+    got = conform(attrs.evolve(CONFIGS["default"], max_depth=6))
+    print(f"default depth 6: {got}")
+    assert got.distinct > 5_000
+
+
+def test_conformance_tiny_depth_6() -> None:
+    """``tiny`` (one-unit images) to depth 6, with the drain check on the production world."""
+    got = conform(attrs.evolve(CONFIGS["tiny"], max_depth=6), check_drain=True)
+    assert got.distinct > 5_000
+
+
+@pytest.mark.slow
+def test_conformance_default_depth_8() -> None:
+    """``default`` to depth 8: the explorer's own slow bound (about 78,000 distinct states)."""
+    got = conform(attrs.evolve(CONFIGS["default"], max_depth=8))
+    assert got.distinct > 70_000
+
+
+@pytest.mark.slow
+def test_conformance_default_full() -> None:
+    """Every state the explorer reaches on ``default``, with no depth bound."""
+    got = conform(CONFIGS["default"])
+    assert got.distinct > 70_000
