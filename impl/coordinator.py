@@ -48,6 +48,7 @@ from .store import (
     PageUnitCheckpointStore,
     RowSink,
     TransitionHook,
+    _deferring,
 )
 
 __all__ = ["PagedStateCheckpointCoordinator"]
@@ -399,7 +400,10 @@ class PagedStateCheckpointCoordinator:
         """The drain of a non-empty batch: begin the pending boundary stores (filing order),
         take the queued restores, then begin queued scratch stores within the per-batch
         budget (SPEC D.1 step 6). Returns ``(stores, restores)`` for this batch's copy
-        launch. O(pending + restores + scratch issued), each paid for by its filing.
+        launch. A store's reservation may evict cached KV blocks; the engine's re-entrant
+        ``unindex`` then drops the boundaries and scratch stores of those hashes still
+        waiting in this drain (SPEC A.4, G5). O(pending + restores + scratch issued), each
+        paid for by its filing.
 
         Raises:
             InvalidArgumentError: a pending sequence's ``state_slot`` is non-negative but not
@@ -411,11 +415,11 @@ class PagedStateCheckpointCoordinator:
                 raise InvalidArgumentError(
                     f"a sequence's state_slot must be an int, got {seq.state_slot!r}"
                 )
-        self._pending = {}
-        self._pending_of_seq = {}
-        self._pending_by_hash = {}
         store = self.store
-        for seq, h in pending.values():
+        for key, (seq, h) in list(pending.items()):
+            if key not in self._pending:
+                continue  # orphaned by a re-entrant unindex earlier in this drain
+            self._drop_pending(key)
             src = seq.state_slot
             if src < 0 or store.contains_or_pending(h):
                 continue
@@ -478,12 +482,13 @@ class PagedStateCheckpointCoordinator:
         if not store.ensure_free_units(u):
             return None
         row = T.TRANSFER.step(T.T_NONE, "reserve")
-        units = self.pool.reserve_units(u, (TRANSFER_OWNER, owner))
-        if units is None:
-            return None
-        held = tuple(units)
-        self._transfer_units[owner] = held
-        self._took(T.TRANSFER, row, owner)
+        with _deferring(self.pool):
+            units = self.pool.reserve_units(u, (TRANSFER_OWNER, owner))
+            if units is None:
+                return None
+            held = tuple(units)
+            self._transfer_units[owner] = held
+            self._took(T.TRANSFER, row, owner)
         return held
 
     def release_transfer_units(self, owner: Hashable) -> None:

@@ -44,6 +44,13 @@ contract the store uses.
 ``cached_hash(unit)`` / ``num_cached``
     What a cached unit holds; how many units are cached.
 
+The store and coordinator reserve inside ``with pool.deferred_evictions():``: callbacks of
+reservations made in the block are held until it exits, so the engine is called back only
+once the caller has filed what it reserved (the checkpoint record, the transfer entry) and
+every invariant holds again. A pool without ``deferred_evictions`` (an engine's own) may fire
+inside ``reserve_units``; the store tolerates that too (its checkpoint id is taken before the
+reservation, so a nested store cannot reuse it).
+
 Dirty units (SPEC G10): a unit released from a checkpoint or a transfer reservation still
 holds raw state bytes; it is *dirty* until the executor scrubs it and calls
 :meth:`UnitPool.mark_clean`. A dirty unit stays dirty while free or reserved.
@@ -158,6 +165,9 @@ class UnitPool:
         # Units held per (hashable) owner: the whole-reservation check of G9 without a walk.
         self._held: dict[Hashable, int] = {}
         self._dirty: set[int] = set()
+        # Eviction callbacks held by deferred_evictions() blocks (nesting depth, hashes).
+        self._defer = 0
+        self._deferred: list[int] = []
 
     def clone(self) -> UnitPool:
         """A deep copy sharing nothing mutable (``on_evict`` is shared). O(num_units)."""
@@ -169,6 +179,7 @@ class UnitPool:
         c._tags = dict(self._tags)
         c._held = dict(self._held)
         c._dirty = set(self._dirty)
+        c._deferred = list(self._deferred)
         return c
 
     # -- reading ------------------------------------------------------------------------
@@ -302,8 +313,18 @@ class UnitPool:
             units.append(u)
         self._add_held(owner, count)
         if evicted and self.on_evict is not None:
-            self._fire(evicted)
+            if self._defer:
+                self._deferred.extend(evicted)
+            else:
+                self._fire(evicted)
         return units
+
+    def deferred_evictions(self) -> _Deferral:
+        """A context manager holding ``on_evict`` callbacks of reservations made inside it
+        until the outermost such block exits (then they fire in order, even if the block
+        raised). The store and coordinator reserve inside one, so the engine's re-entrant
+        ``unindex`` finds them consistent. O(1) (+ the callbacks)."""
+        return _Deferral(self)
 
     def _fire(self, evicted: list[int]) -> None:
         hook = self.on_evict
@@ -431,6 +452,26 @@ class UnitPool:
         for u in ids:
             del self._cached[u]
             heapq.heappush(self._vacant, u)
+
+
+class _Deferral:
+    """``UnitPool.deferred_evictions()``: a re-entrant hold on eviction callbacks."""
+
+    __slots__ = ("_pool",)
+
+    def __init__(self, pool: UnitPool) -> None:
+        self._pool = pool
+
+    def __enter__(self) -> None:
+        self._pool._defer += 1
+
+    def __exit__(self, *exc: object) -> None:
+        pool = self._pool
+        pool._defer -= 1
+        if pool._defer == 0 and pool._deferred:
+            evicted, pool._deferred = pool._deferred, []
+            if pool.on_evict is not None:
+                pool._fire(evicted)
 
 
 class SlotPool:

@@ -44,6 +44,7 @@ import math
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from pagedstate.spec import tables as T
@@ -128,6 +129,12 @@ class _OffloadPin:
         return _OffloadPin(
             self.checkpoint_id, self.pinned_at, self.source_released, self.reclaimable
         )
+
+
+def _deferring(pool: Any) -> AbstractContextManager[Any]:
+    """``pool.deferred_evictions()`` where the pool offers it (see :mod:`.pool`)."""
+    defer = getattr(pool, "deferred_evictions", None)
+    return defer() if defer is not None else nullcontext()
 
 
 def _count_add(counts: dict[int, int], key: int, n: int) -> None:
@@ -543,11 +550,13 @@ class PageUnitCheckpointStore:
         that made room) when the hash is READY or pending or no units can be had. The record
         is COPYING, invisible to lookup, until the next ``complete_inflight``.
 
-        Re-entrancy (SPEC A.4): the pool may fire ``on_evict`` inside ``reserve_units``, and
-        the engine then calls ``unindex`` (which may release other records' units) before
-        this call returns. The checkpoint id is taken before the reservation (and given back
-        if the pool refuses), so a nested store cannot reuse it; the record is filed after
-        the reservation returns. O(1 + units + evictions * log n).
+        Re-entrancy (SPEC A.4): the reservation may overwrite cached KV blocks, and the
+        engine then calls ``unindex`` (which may release other records' units, or make this
+        very record EVICTING if its own prefix was evicted) before this call returns. The
+        production pool holds those callbacks until the record is filed
+        (``deferred_evictions``); a pool that fires inside ``reserve_units`` is tolerated
+        too: the checkpoint id is taken before the reservation (and given back if the pool
+        refuses), so a nested store cannot reuse it. O(1 + units + evictions * log n).
 
         Raises:
             InvalidArgumentError: ``prefix_hash`` is not an int or ``src_slot`` not an int >= 0.
@@ -562,17 +571,18 @@ class PageUnitCheckpointStore:
         row = T.RECORD.step(T.ABSENT, "begin_store")
         cid = self._next_checkpoint_id
         self._next_checkpoint_id = cid + 1
-        units = self.pool.reserve_units(u, (CHECKPOINT_OWNER, cid))
-        if units is None:
-            # The pool refused before changing anything (no callback ran): the identity
-            # was not consumed.
-            self._next_checkpoint_id = cid
-            return None
-        unit_ids = tuple(units)
-        rec = _Record(prefix_hash, unit_ids, T.ABSENT)
-        self.records[cid] = rec
-        self._apply(cid, rec, row)
-        self._inflight_stores.append(cid)
+        with _deferring(self.pool):
+            units = self.pool.reserve_units(u, (CHECKPOINT_OWNER, cid))
+            if units is None:
+                # The pool refused before changing anything (no callback ran): the
+                # identity was not consumed.
+                self._next_checkpoint_id = cid
+                return None
+            unit_ids = tuple(units)
+            rec = _Record(prefix_hash, unit_ids, T.ABSENT)
+            self.records[cid] = rec
+            self._apply(cid, rec, row)
+            self._inflight_stores.append(cid)
         return CheckpointStoreOp(src_slot, unit_ids, self.spec.image_bytes, self.spec.layout_id)
 
     def complete_inflight(self) -> None:

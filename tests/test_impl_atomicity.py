@@ -290,7 +290,7 @@ def test_bad_calls_cover_every_public_method() -> None:
         "lookup", "contains", "contains_or_pending", "complete_inflight", "take_restore_ops",
         "clear", "has_offload_pins", "applies", "checkpoint_fates", "complete_previous_batch",
         "take_checkpoint_ops", "clear_index", "attach_offload", "forget_pending",
-        "release_transfer_units",
+        "release_transfer_units", "deferred_evictions",
     }
     for target, obj in (("p", I.UnitPool), ("s", I.PageUnitCheckpointStore),
                         ("c", I.PagedStateCheckpointCoordinator)):
