@@ -82,6 +82,14 @@ docs-check: $(STAMP)
 bench-explore: $(STAMP)
 	$(PY) -m pagedstate.models.bench_explore --out docs/benchmarks.md
 
+# Trace-driven store benchmark (issue 3): production store and reference in one run,
+# microseconds per call at 64/256/1,024 running requests and with 10^3/10^6 live records,
+# written to its own section of docs/benchmarks.md. A few minutes on 2 cores.
+.PHONY: bench
+bench: $(STAMP)
+	$(PY) -m pagedstate.models.bench --impl pagedstate.impl --ref pagedstate.models.reference \
+		--out docs/benchmarks.md
+
 # Proves the wheel on its own: built from the tree, installed into a fresh venv
 # with only the runtime dependencies (no dev extras, no torch), used from
 # outside the repo.
