@@ -312,7 +312,8 @@ class PagedStateCheckpointCoordinator:
         Raises:
             InvalidArgumentError: ``hit`` negative or beyond ``len(block_hashes)``.
         """
-        need_int("hit", hit, 0)
+        if type(hit) is not int or hit < 0:
+            need_int("hit", hit, 0)
         if hit > len(block_hashes):
             raise InvalidArgumentError(f"hit {hit} exceeds the {len(block_hashes)} block hashes")
         if not self.applies(seq):
@@ -348,8 +349,10 @@ class PagedStateCheckpointCoordinator:
         Raises:
             InvalidArgumentError: ``boundary_blocks`` not an int >= 0 or ``h`` not an int.
         """
-        need_int("boundary_blocks", boundary_blocks, 0)
-        need_int("h", h)
+        if type(boundary_blocks) is not int or boundary_blocks < 0:
+            need_int("boundary_blocks", boundary_blocks, 0)
+        if type(h) is not int:
+            need_int("h", h)
         if not (self.applies(seq) and seq.state_slot >= 0):
             return
         sid = id(seq)
@@ -514,7 +517,8 @@ class PagedStateCheckpointCoordinator:
         Raises:
             InvalidArgumentError: ``prefix_hash`` is not an int.
         """
-        need_int("prefix_hash", prefix_hash)
+        if type(prefix_hash) is not int:
+            need_int("prefix_hash", prefix_hash)
         units = self._transfer_units.get(owner)
         if units is None:
             return False
@@ -591,7 +595,8 @@ class PagedStateCheckpointCoordinator:
         Raises:
             InvalidArgumentError: ``h`` is not an int.
         """
-        need_int("h", h)
+        if type(h) is not int:
+            need_int("h", h)
         seqs = self._pending_by_hash.pop(h, None)
         if seqs:
             for sid in seqs:

@@ -125,7 +125,8 @@ def _ids_list(unit_ids: Any) -> tuple[int, ...]:
         raise InvalidArgumentError(f"unit_ids must be a list or tuple, got {type(unit_ids)!r}")
     ids = tuple(unit_ids)
     for u in ids:
-        need_int("unit id", u, 0)
+        if type(u) is not int or u < 0:
+            need_int("unit id", u, 0)
     if len(set(ids)) != len(ids):
         raise DuplicateUnitError(f"unit ids repeat: {list(ids)}")
     return ids
@@ -272,7 +273,8 @@ class UnitPool:
         """
         ids = list(unit_ids)
         for u in ids:
-            need_int("unit id", u, 0)
+            if type(u) is not int or u < 0:
+                need_int("unit id", u, 0)
             if u >= self.num_units:
                 raise InvalidArgumentError(f"unit {u} is outside the pool of {self.num_units}")
         self._dirty.difference_update(ids)
@@ -289,7 +291,8 @@ class UnitPool:
         Raises:
             InvalidArgumentError: ``count`` is not a non-negative int, or ``owner`` is None.
         """
-        need_int("count", count, 0)
+        if type(count) is not int or count < 0:
+            need_int("count", count, 0)
         if owner is None:
             raise InvalidArgumentError("a reservation needs an owner, got None")
         if len(self._free) < count:
@@ -351,14 +354,16 @@ class UnitPool:
             PartialReleaseError: the owner holds more units than named.
         """
         ids = self._validate_whole(unit_ids, owner)
-        dirty = is_dirtying(owner)
         tags = self._tags
+        add_free = self._free.add
+        vacant = self._vacant
+        push = heapq.heappush
         for u in ids:
             del tags[u]
-            self._free.add(u)
-            heapq.heappush(self._vacant, u)
-            if dirty:
-                self._dirty.add(u)
+            add_free(u)
+            push(vacant, u)
+        if is_dirtying(owner):
+            self._dirty.update(ids)
         self._add_held(owner, -len(ids))
 
     def rekey_units(self, unit_ids: Any, old_owner: Hashable, new_owner: Hashable) -> None:

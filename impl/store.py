@@ -329,9 +329,11 @@ class PageUnitCheckpointStore:
             InvalidArgumentError: ``count`` is not a non-negative int, or ``protected_hash``
                 is neither None nor an int.
         """
-        need_int("count", count, 0)
+        if type(count) is not int or count < 0:
+            need_int("count", count, 0)
         if protected_hash is not None:
-            need_int("protected_hash", protected_hash)
+            if type(protected_hash) is not int:
+                need_int("protected_hash", protected_hash)
         free = self.pool.num_free
         if count <= free:
             return True
@@ -348,7 +350,8 @@ class PageUnitCheckpointStore:
         Raises:
             InvalidArgumentError: ``dst_slot`` is not an int.
         """
-        need_int("dst_slot", dst_slot)
+        if type(dst_slot) is not int:
+            need_int("dst_slot", dst_slot)
         return dst_slot in self._queued_restores
 
     def changed_since(self, generation: int) -> set[int] | None:
@@ -359,7 +362,8 @@ class PageUnitCheckpointStore:
         Raises:
             InvalidArgumentError: ``generation`` is not an int.
         """
-        need_int("generation", generation)
+        if type(generation) is not int:
+            need_int("generation", generation)
         if generation >= self.generation:
             return set()
         changes = self._changes
@@ -532,7 +536,8 @@ class PageUnitCheckpointStore:
         Raises:
             InvalidArgumentError: ``count`` is not a non-negative int.
         """
-        need_int("count", count, 0)
+        if type(count) is not int or count < 0:
+            need_int("count", count, 0)
         if not self.has_available_units(count):
             return False
         while self.pool.num_free < count:
@@ -561,8 +566,10 @@ class PageUnitCheckpointStore:
         Raises:
             InvalidArgumentError: ``prefix_hash`` is not an int or ``src_slot`` not an int >= 0.
         """
-        need_int("prefix_hash", prefix_hash)
-        need_int("src_slot", src_slot, 0)
+        if type(prefix_hash) is not int:
+            need_int("prefix_hash", prefix_hash)
+        if type(src_slot) is not int or src_slot < 0:
+            need_int("src_slot", src_slot, 0)
         if self.lookup(prefix_hash) >= 0 or prefix_hash in self._pending_by_hash:
             return None
         u = self._units
@@ -630,8 +637,10 @@ class PageUnitCheckpointStore:
             SlotBusyError: ``dst_slot`` already has a queued, in-flight or suspended
                 restore (G4).
         """
-        need_int("prefix_hash", prefix_hash)
-        need_int("dst_slot", dst_slot, 0)
+        if type(prefix_hash) is not int:
+            need_int("prefix_hash", prefix_hash)
+        if type(dst_slot) is not int or dst_slot < 0:
+            need_int("dst_slot", dst_slot, 0)
         cid = self.lookup(prefix_hash)
         if cid < 0:
             return None
@@ -674,7 +683,8 @@ class PageUnitCheckpointStore:
         Raises:
             InvalidArgumentError: ``dst_slot`` is not an int.
         """
-        need_int("dst_slot", dst_slot)
+        if type(dst_slot) is not int:
+            need_int("dst_slot", dst_slot)
         entry = self._queued_restores.get(dst_slot)
         if entry is None:
             return
@@ -692,7 +702,8 @@ class PageUnitCheckpointStore:
             InvalidArgumentError: ``dst_slot`` is not an int.
             AmbiguousSuspendError: never here: the queue holds one restore per slot (G4).
         """
-        need_int("dst_slot", dst_slot)
+        if type(dst_slot) is not int:
+            need_int("dst_slot", dst_slot)
         entry = self._queued_restores.get(dst_slot)
         if entry is None:
             return None
@@ -776,7 +787,8 @@ class PageUnitCheckpointStore:
         Raises:
             InvalidArgumentError: ``prefix_hash`` is not an int.
         """
-        need_int("prefix_hash", prefix_hash)
+        if type(prefix_hash) is not int:
+            need_int("prefix_hash", prefix_hash)
         cid = self.hash_to_checkpoint.get(prefix_hash)
         if cid is None:
             cid = self._pending_by_hash.get(prefix_hash)
@@ -830,7 +842,8 @@ class PageUnitCheckpointStore:
             WrongOwnerError, PartialReleaseError, DuplicateUnitError: the units are not
                 exactly ``owner``'s whole reservation.
         """
-        need_int("prefix_hash", prefix_hash)
+        if type(prefix_hash) is not int:
+            need_int("prefix_hash", prefix_hash)
         if not isinstance(unit_ids, (list, tuple)) or len(unit_ids) != self._units:
             raise InvalidArgumentError(
                 f"adoption needs exactly {self._units} units, got {unit_ids!r}"
@@ -904,7 +917,8 @@ class PageUnitCheckpointStore:
         Raises:
             InvalidArgumentError: ``max_inflight`` is not a non-negative int.
         """
-        need_int("max_inflight", max_inflight, 0)
+        if type(max_inflight) is not int or max_inflight < 0:
+            need_int("max_inflight", max_inflight, 0)
         out = []
         deferred: list[int] = []
         ready = self._offload_ready
@@ -935,9 +949,11 @@ class PageUnitCheckpointStore:
             InvalidArgumentError: ``prefix_hash`` not an int, ``max_inflight`` neither None
                 nor a non-negative int.
         """
-        need_int("prefix_hash", prefix_hash)
+        if type(prefix_hash) is not int:
+            need_int("prefix_hash", prefix_hash)
         if max_inflight is not None:
-            need_int("max_inflight", max_inflight, 0)
+            if type(max_inflight) is not int or max_inflight < 0:
+                need_int("max_inflight", max_inflight, 0)
             if len(self._offload_pins) >= max_inflight:
                 return None
         cid = self.lookup(prefix_hash)
