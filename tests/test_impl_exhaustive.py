@@ -19,6 +19,7 @@ The search visits exactly the explorer's distinct states (asserted against
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from typing import Any
@@ -130,6 +131,176 @@ def conform(cfg: Config, *, check_drain: bool = False) -> Conformance:
     return out
 
 
+# -- the same search over forked workers (for the full configuration) ---------------------
+#
+# Level-synchronous, as ``explore_parallel``: a state belongs to worker ``hash(key) % W``
+# (forked processes share the hash seed and the sequence registry, so pending-boundary keys
+# built from ``id(seq)`` survive pickling). Each state travels with its trace, so a
+# disagreement is reported with the path that reaches it.
+
+
+def _check_transition(
+    rw: World, iw: World, before: Any, action: Any, trace: tuple[Any, ...]
+) -> tuple[str, World, World] | str:
+    name, args = action
+    rn, inx = rw.clone(), iw.clone()
+    r, i = _act(rn, name, args), _act(inx, name, args)
+    rs, is_ = rn.snapshot(), inx.snapshot()
+    if r != i:
+        return f"trace {[*trace, action]}: reference {r}, production {i}"
+    if rs != is_:
+        return f"trace {[*trace, action]}: " + "; ".join(rs.diff(is_))
+    if r[0] == "raised":
+        return "refused" if is_ == before else f"trace {[*trace, action]}: refused but changed"
+    return ("ok", rn, inx)
+
+
+def _conform_worker(wid: int, nworkers: int, check_drain: bool, conn: Any) -> None:
+    import gc
+    import pickle
+
+    gc.disable()
+    rsink: set[tuple[str, int]] = set()
+    isink: set[tuple[str, int]] = set()
+    seen: set[Any] = set()
+    frontier: list[tuple[World, World, Any, tuple[Any, ...]]] = []
+    local: list[tuple[Any, tuple[Any, ...], World, World]] = []
+    while True:
+        msg = conn.recv()
+        if msg[0] == "receive":
+            items = list(local)
+            local.clear()
+            for blob in msg[1]:
+                items.extend(pickle.loads(blob))
+            new, failure = 0, None
+            for key, trace, rw, iw in items:
+                if key in seen:
+                    continue
+                seen.add(key)
+                new += 1
+                rw.coord.row_sink, iw.coord.row_sink = rsink, isink
+                problems = iw.problems()
+                if problems:
+                    failure = f"trace {list(trace)}: {problems}"
+                    break
+                if check_drain:
+                    drained = (rw.drain_problems(), iw.drain_problems())
+                    if drained != ([], []):
+                        failure = f"trace {list(trace)}: {drained}"
+                        break
+                frontier.append((rw, iw, key, trace))
+            conn.send((new, failure, len(frontier)))
+        elif msg[0] == "expand":
+            generated = refused = 0
+            failure = None
+            outbox: dict[int, list[Any]] = {}
+            level: set[Any] = set()
+            todo = list(frontier)
+            frontier.clear()
+            for rw, iw, _key, trace in todo:
+                before = rw.snapshot()
+                for action in rw.actions():
+                    got = _check_transition(rw, iw, before, action, trace)
+                    generated += 1
+                    if got == "refused":
+                        refused += 1
+                        continue
+                    if isinstance(got, str):
+                        failure = got
+                        break
+                    _, rn, inx = got
+                    nkey = rn.key()
+                    if nkey in seen or nkey in level:
+                        continue
+                    level.add(nkey)
+                    item = (nkey, (*trace, action), rn, inx)
+                    owner = hash(nkey) % nworkers
+                    if owner == wid:
+                        local.append(item)
+                    else:
+                        rn.coord.row_sink = inx.coord.row_sink = None
+                        outbox.setdefault(owner, []).append(item)
+                if failure:
+                    break
+            blobs = {o: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
+                     for o, v in outbox.items()}
+            conn.send((generated, refused, failure, blobs))
+        elif msg[0] == "finish":
+            conn.send((rsink, isink))
+            return
+
+
+def conform_parallel(cfg: Config, *, workers: int = 2, check_drain: bool = False) -> Conformance:
+    """:func:`conform` over ``workers`` forked processes (Linux). Compares every generated
+    transition as :func:`conform` does; reports the same distinct count and rows."""
+    import multiprocessing
+    import pickle
+
+    t0 = time.perf_counter()
+    out = Conformance()
+    ref, imp = cfg.build(), impl_world(cfg)
+    assert ref.snapshot() == imp.snapshot()
+    ctx = multiprocessing.get_context("fork")
+    conns, procs = [], []
+    for wid in range(workers):
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_conform_worker, args=(wid, workers, check_drain, child),
+                           daemon=True)
+        proc.start()
+        conns.append(parent)
+        procs.append(proc)
+    inbox: dict[int, list[bytes]] = {w: [] for w in range(workers)}
+    key = ref.key()
+    inbox[hash(key) % workers].append(pickle.dumps([(key, (), ref, imp)]))
+    failure = None
+    depth = 0
+    try:
+        while True:
+            for w, c in enumerate(conns):
+                c.send(("receive", inbox[w]))
+            size = 0
+            for c in conns:
+                new, fail, n = c.recv()
+                out.distinct += new
+                size += n
+                failure = failure or fail
+            if failure or size == 0:
+                break
+            if cfg.max_depth is not None and depth >= cfg.max_depth:
+                break
+            for c in conns:
+                c.send(("expand",))
+            inbox = {w: [] for w in range(workers)}
+            for c in conns:
+                generated, refused, fail, blobs = c.recv()
+                out.transitions += generated
+                out.refused += refused
+                failure = failure or fail
+                for target, blob in blobs.items():
+                    inbox[target].append(blob)
+            if failure:
+                break
+            depth += 1
+        rsink: set[tuple[str, int]] = set()
+        isink: set[tuple[str, int]] = set()
+        for c in conns:
+            c.send(("finish",))
+            r, i = c.recv()
+            rsink |= r
+            isink |= i
+    finally:
+        for proc in procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+    assert failure is None, failure
+    assert rsink == isink, f"rows taken differ: {sorted(rsink ^ isink)}"
+    out.rows = isink
+    out.depth = depth
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
 def test_conformance_visits_exactly_the_explorers_states() -> None:
     cfg = attrs.evolve(CONFIGS["tiny"], max_depth=5)
     got = conform(cfg, check_drain=True)
@@ -174,8 +345,18 @@ def test_conformance_default_depth_8() -> None:
     assert got.distinct > 70_000
 
 
+def test_parallel_conformance_agrees_with_the_sequential_one() -> None:
+    cfg = attrs.evolve(CONFIGS["default"], max_depth=5)
+    one, two = conform(cfg), conform_parallel(cfg, workers=2)
+    assert (two.distinct, two.transitions, two.refused, two.rows) == (
+        one.distinct, one.transitions, one.refused, one.rows,
+    )
+
+
 @pytest.mark.slow
 def test_conformance_default_full() -> None:
-    """Every state the explorer reaches on ``default``, with no depth bound."""
-    got = conform(CONFIGS["default"])
+    """Every state the explorer reaches on ``default`` (its own bound, ``max_depth`` of the
+    configuration), over one worker per CPU."""
+    got = conform_parallel(CONFIGS["default"], workers=os.cpu_count() or 2)
+    print(f"default (max_depth={CONFIGS['default'].max_depth}): {got}")
     assert got.distinct > 70_000
