@@ -743,3 +743,75 @@ def test_replayed_modules_build_twins() -> None:
         test_atomicity_reference.UnitPool(4), spec(10, 25), True
     )
     assert isinstance(c, Twin) and isinstance(c.raw._i, I.PagedStateCheckpointCoordinator)
+
+
+# ---------------------------------------------------------------------------------------
+# Hooks and imports
+# ---------------------------------------------------------------------------------------
+
+
+def test_on_transition_reports_every_applied_row_after_its_effects() -> None:
+    """The hook sees exactly the rows the row sink records, each once its effects are
+    applied: a record row's subject is already in the row's next phase (or released)."""
+    seen: set[tuple[str, int]] = set()
+    calls = 0
+
+    def run(seed: int) -> Lockstep:
+        nonlocal calls
+        ls = Lockstep(random.Random(seed))
+        store = ls.i.store
+
+        def hook(machine: str, row: T.Row, subject: object) -> None:
+            nonlocal calls
+            calls += 1
+            table = T.TABLES[machine]
+            seen.add((machine, table.row_id(row)))
+            if machine == "record":
+                assert isinstance(subject, int)
+                rec = store.records.get(subject)
+                if row.next == T.RELEASED:
+                    assert rec is None
+                else:
+                    assert rec is not None and rec.phase == row.next
+            elif machine == "offload":
+                assert isinstance(subject, StateStoreOperationId)
+                if row.next in (T.PINNED, T.SOURCE_RELEASED):
+                    pin = store._offload_pins[subject]
+                    assert pin.source_released == (row.next == T.SOURCE_RELEASED)
+                else:
+                    assert subject not in store._offload_pins
+            elif machine == "restore":
+                assert isinstance(subject, tuple) and len(subject) == 2
+            elif machine in ("lease", "scratch"):
+                assert isinstance(subject, int)
+
+        ls.i.on_transition = hook
+        assert store.on_transition is hook
+        for _ in range(1500):
+            ls.step()
+        return ls
+
+    sinks: set[tuple[str, int]] = set()
+    for seed in (1, 2, 3):
+        sinks |= run(seed).i.row_sink or set()
+    assert seen == sinks and calls > len(seen)
+
+
+def test_impl_imports_only_the_spec() -> None:
+    import ast
+    import os
+
+    root = os.path.dirname(os.path.abspath(I.__file__))
+    for name in sorted(os.listdir(root)):
+        if not name.endswith(".py"):
+            continue
+        tree = ast.parse(open(os.path.join(root, name)).read())
+        for node in ast.walk(tree):
+            mods: list[str] = []
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                mods = [node.module]
+            for mod in mods:
+                if mod.startswith("pagedstate"):
+                    assert mod.startswith("pagedstate.spec"), f"{name} imports {mod}"
