@@ -296,6 +296,7 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         prod_mod = ref_mod
         o = replace(o, repeat=o.ref_repeat)
     prod_label = o.impl if stand_in is None else f"{o.ref} (standing in for {o.impl})"
+    prod_from, ref_from = _provenance(prod_mod), _provenance(ref_mod)  # before any replay
     trace = load_trace(o.trace, o.requests)
     floor = timer_floor_ns()
     say(f"production: {prod_label}; reference: {o.ref}; {len(trace)} requests")
@@ -339,9 +340,9 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         f" {os.cpu_count()} cores, Python {platform.python_version()}, in one run"
         + (" (quick mode)" if quick else "")
         + f". Production: `{prod_label}`"
-        + (f" ({_provenance(prod_mod)})" if _provenance(prod_mod) else "")
+        + (f" ({prod_from})" if prod_from else "")
         + f"; reference: `{o.ref}`"
-        + (f" ({_provenance(ref_mod)})" if _provenance(ref_mod) else "")
+        + (f" ({ref_from})" if ref_from else "")
         + ".",
         "",
     ]
