@@ -134,9 +134,10 @@ def conform(cfg: Config, *, check_drain: bool = False) -> Conformance:
 # -- the same search over forked workers (for the full configuration) ---------------------
 #
 # Level-synchronous, as ``explore_parallel``: a state belongs to worker ``hash(key) % W``
-# (forked processes share the hash seed and the sequence registry, so pending-boundary keys
-# built from ``id(seq)`` survive pickling). Each state travels with its trace, so a
-# disagreement is reported with the path that reaches it.
+# (forked processes share the sequence registry, so pending-boundary keys built from
+# ``id(seq)`` survive pickling). Visited sets hold 16-byte digests of the canonical keys and
+# the last level is checked but not kept, so the full configuration fits in memory. Each
+# state travels with its trace, so a disagreement is reported with the path that reaches it.
 
 
 def _check_transition(
@@ -153,6 +154,14 @@ def _check_transition(
     if r[0] == "raised":
         return "refused" if is_ == before else f"trace {[*trace, action]}: refused but changed"
     return ("ok", rn, inx)
+
+
+def _digest(key: Any) -> bytes:
+    """A 16-byte digest of a canonical key (the visited sets hold these, not the keys)."""
+    import hashlib
+
+    # repr, not pickle: pickle's memo makes equal keys serialise differently.
+    return hashlib.blake2b(repr(key).encode(), digest_size=16).digest()
 
 
 def _conform_worker(wid: int, nworkers: int, check_drain: bool, conn: Any) -> None:
@@ -172,6 +181,7 @@ def _conform_worker(wid: int, nworkers: int, check_drain: bool, conn: Any) -> No
             local.clear()
             for blob in msg[1]:
                 items.extend(pickle.loads(blob))
+            keep = msg[2]  # False for the last level: checked, never expanded
             new, failure = 0, None
             for key, trace, rw, iw in items:
                 if key in seen:
@@ -188,7 +198,8 @@ def _conform_worker(wid: int, nworkers: int, check_drain: bool, conn: Any) -> No
                     if drained != ([], []):
                         failure = f"trace {list(trace)}: {drained}"
                         break
-                frontier.append((rw, iw, key, trace))
+                if keep:
+                    frontier.append((rw, iw, key, trace))
             conn.send((new, failure, len(frontier)))
         elif msg[0] == "expand":
             generated = refused = 0
@@ -209,7 +220,7 @@ def _conform_worker(wid: int, nworkers: int, check_drain: bool, conn: Any) -> No
                         failure = got
                         break
                     _, rn, inx = got
-                    nkey = rn.key()
+                    nkey = _digest(rn.key())
                     if nkey in seen or nkey in level:
                         continue
                     level.add(nkey)
@@ -250,14 +261,15 @@ def conform_parallel(cfg: Config, *, workers: int = 2, check_drain: bool = False
         conns.append(parent)
         procs.append(proc)
     inbox: dict[int, list[bytes]] = {w: [] for w in range(workers)}
-    key = ref.key()
+    key = _digest(ref.key())
     inbox[hash(key) % workers].append(pickle.dumps([(key, (), ref, imp)]))
     failure = None
     depth = 0
     try:
         while True:
+            keep = cfg.max_depth is None or depth < cfg.max_depth
             for w, c in enumerate(conns):
-                c.send(("receive", inbox[w]))
+                c.send(("receive", inbox[w], keep))
             size = 0
             for c in conns:
                 new, fail, n = c.recv()
