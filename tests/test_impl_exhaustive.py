@@ -345,8 +345,9 @@ def test_conformance_default_depth_6() -> None:
 
 
 def test_conformance_tiny_depth_6() -> None:
-    """``tiny`` (one-unit images) to depth 6, with the drain check on the production world."""
-    got = conform(attrs.evolve(CONFIGS["tiny"], max_depth=6), check_drain=True)
+    """``tiny`` (one-unit images) to depth 6 (the drain check on the production world runs to
+    depth 5 in ``test_conformance_visits_exactly_the_explorers_states``)."""
+    got = conform(attrs.evolve(CONFIGS["tiny"], max_depth=6))
     assert got.distinct > 5_000
 
 
