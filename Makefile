@@ -118,3 +118,11 @@ wheel-check: $(STAMP)
 clean:
 	rm -rf $(VENV) build dist *.egg-info .hypothesis .mypy_cache .ruff_cache .pytest_cache
 	find . -name __pycache__ -type d -prune -not -path './.git/*' -exec rm -rf {} +
+
+# Mutation testing of impl/store.py and impl/pool.py with mutmut (docs/mutation.md): stages
+# HEAD under build/mutation and runs the [tool.mutmut] test selection against each mutant.
+# Long (hours for every mutant on 2 cores), not part of `make check`. MUTATION_SAMPLE=K runs
+# every K-th mutant per module; MUTATION_JOBS sets the parallel workers.
+.PHONY: mutation
+mutation: $(STAMP)
+	VENV=$(VENV) tools/mutation.sh
