@@ -106,6 +106,25 @@ def _run_explore(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _run_check_log(args: argparse.Namespace) -> int:
+    """``pagedstate check-log FILE``: replay an event log on the reference model.
+
+    Prints the verdict. Returns 0 when every line matched and the log ends with its footer;
+    1 at the first disagreement (printed with every field that differs) or when the log
+    has no footer; 2 when the file cannot be read or a line cannot be parsed or replayed
+    (the message names the line).
+    """
+    from pagedstate.models.checklog import check_file
+
+    try:
+        result = check_file(args.file, require_footer=not args.allow_unclosed)
+    except OSError as exc:
+        print(f"check-log: cannot read {args.file}: {exc}", file=sys.stderr)
+        return 2
+    print(result.text())
+    return result.exit_code
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the top-level parser with every subcommand registered."""
     parser = argparse.ArgumentParser(
@@ -164,6 +183,24 @@ def build_parser() -> argparse.ArgumentParser:
         "if there is any",
     )
     render.set_defaults(func=_run_render)
+
+    check_log = commands.add_parser(
+        "check-log",
+        help="replay a production event log on the reference model (trace validation)",
+        description=(
+            "Replay FILE, an event log written by pagedstate.impl.eventlog, on the reference "
+            "model and report the first line where the two disagree, or that every line "
+            "matched and the whole log (footer included) was consumed. Exit status: 0 "
+            "matched; 1 a disagreement, or no footer; 2 unreadable or not replayable."
+        ),
+    )
+    check_log.add_argument("file", metavar="FILE", help="the NDJSON event log ('-': stdin)")
+    check_log.add_argument(
+        "--allow-unclosed",
+        action="store_true",
+        help="accept a log without its footer (a run still writing): check the lines it has",
+    )
+    check_log.set_defaults(func=_run_check_log)
 
     return parser
 
