@@ -82,3 +82,22 @@ def test_refusals_in_the_atomicity_world_carry_the_reference_message(
     expected = outcome(R)
     assert expected[0] is error
     assert outcome(I) == expected
+
+
+def test_resume_reports_the_lease_and_the_restore_it_requeues(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``on_transition`` (production only) names each row's subject: resuming a suspended
+    restore reports the lease and the ``(checkpoint id, slot)`` restore, after which the
+    restore is queued again in both models."""
+    w = _world(monkeypatch, I)
+    seen: list[tuple[str, object]] = []
+    w.c.on_transition = lambda machine, row, subject: seen.append((machine, subject))
+    lease = w.lease
+    w.s.resume_suspended_restore(lease)
+    assert ("lease", lease.lease_id) in seen
+    assert ("restore", (lease.checkpoint_id, lease.op.dst_slot)) in seen
+    r = _world(monkeypatch, R)
+    r.s.resume_suspended_restore(r.lease)
+    assert w.s.restore_queued_for(lease.op.dst_slot) is r.s.restore_queued_for(r.lease.op.dst_slot)
+    assert w.s.restore_queued_for(lease.op.dst_slot)

@@ -25,4 +25,8 @@ if [ "$k" != 1 ]; then
     echo "sample: every ${k}-th mutant, ${#names[@]} mutants"
 fi
 "$venv/bin/mutmut" run --max-children "$jobs" "${names[@]}"
-"$venv/bin/python" "$root/tools/mutation_report.py" ${names:+--names "${names[@]}"}
+if [ ${#names[@]} -gt 0 ]; then
+    "$venv/bin/python" "$root/tools/mutation_report.py" --names "${names[@]}"
+else
+    "$venv/bin/python" "$root/tools/mutation_report.py"
+fi

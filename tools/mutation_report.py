@@ -38,7 +38,8 @@ def main(argv: list[str]) -> int:
         checked = total - counts["not checked"]
         rate = f"{100 * dead / checked:.1f}%" if checked else "n/a"
         module = str(meta)[len("mutants/src/"):-len(".py.meta")]
-        print(f"{module}: {total} mutants, {counts['killed']} killed, {counts['survived']} survived,"
+        print(f"{module}: {total} mutants, {counts['killed']} killed,"
+              f" {counts['survived']} survived,"
               f" {counts['timeout']} timeout, {counts['no tests']} no tests,"
               f" {counts['not checked']} not checked; killed {rate}"
               + "".join(f", {n} {s}" for s, n in sorted(counts.items()) if s not in {
