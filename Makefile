@@ -23,18 +23,21 @@ HYPOTHESIS_PROFILE ?= dev
 endif
 export HYPOTHESIS_PROFILE
 
-.PHONY: help setup test check check-only explore lint docs docs-check \
-	bench-explore wheel-check clean
+.PHONY: help setup test test-slow check check-only explore lint docs docs-check \
+	bench-explore wheel-check clean contracts contracts-check contracts-diff-changes \
+	contracts-diff-units contracts-diff-guards
 
 help:
 	@echo "make setup          create $(VENV) ($(TORCH), then -e '.[dev]'); reruns when pyproject.toml changes"
 	@echo "make test           pytest -q over tests/ (HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE))"
+	@echo "make test-slow      only the tests marked slow (long exhaustive conformance runs)"
 	@echo "make check          test, then check-only: the main job"
 	@echo "make check-only     spec static checks, explore --config default, docs-check"
 	@echo "make explore        pagedstate explore --config \$$CONFIG (default: default)"
 	@echo "make lint           ruff check + mypy over $(SRC_DIRS)"
 	@echo "make docs           regenerate docs/ (pagedstate render --out docs)"
 	@echo "make docs-check     fail if docs/ is stale (pagedstate render --check docs)"
+	@echo "make contracts      CrossHair: check the spec's PEP316 contracts, diffbehavior on pure pairs"
 	@echo "make bench-explore  write docs/benchmarks.md"
 	@echo "make wheel-check    build the wheel, install it in a fresh venv without dev extras, smoke-test it"
 	@echo "make clean          remove $(VENV), build outputs and caches"
@@ -53,10 +56,18 @@ $(STAMP): pyproject.toml
 	for d in $(SRC_DIRS); do ln -s "../../../$$d" "$(VENV)/mypy-path/pagedstate/$$d"; done
 	touch $@
 
+# `make test` leaves out tests marked `slow` (exhaustive conformance of `default` to depth 8
+# and 10, the depth-8 explorer run: minutes to tens of minutes and several GiB); run them
+# with `make test-slow`. `make check` explores `default` itself (check-only).
+PYTEST_MARK ?= not slow
+
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests; rc=$$?; \
+	$(PY) -m pytest -q -p no:cacheprovider -m "$(PYTEST_MARK)" $(PYTEST_ARGS) tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit 5)" >&2; fi; \
 	exit $$rc
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m slow $(PYTEST_ARGS) tests
 
 check: test
 	$(MAKE) --no-print-directory check-only
@@ -65,6 +76,7 @@ check-only: $(STAMP)
 	$(PY) -m pagedstate.spec.static
 	$(VENV)/bin/pagedstate explore --config default --workers 2
 	$(MAKE) --no-print-directory docs-check
+	$(MAKE) --no-print-directory contracts
 
 explore: $(STAMP)
 	$(VENV)/bin/pagedstate explore --config $(CONFIG)
@@ -78,6 +90,47 @@ docs: $(STAMP)
 
 docs-check: $(STAMP)
 	$(VENV)/bin/pagedstate render --check docs
+
+# Symbolic contract checks with CrossHair (design/CHECKING.md section 2). The default effort
+# (5 uninteresting iterations) finds nothing, so the bounds are explicit. `crosshair check`
+# exits 1 on a counterexample; each `diffbehavior` pair (a literal reference formulation vs
+# the closed form, both behind one domain guard: diffbehavior ignores pre:) fails the target
+# on a reported difference ("Given: ...") whatever the exit code. Targets are named from the
+# repo root (spec.*), not as pagedstate.spec.*: crosshair 0.0.113 crashes
+# (NotADirectoryError) reading the implicit namespace package `pagedstate` through the
+# editable install's path hook. The four runs share 2 cores (make -j2), longest first.
+CROSSHAIR := $(VENV)/bin/crosshair
+CONTRACTS_EFFORT ?= 100
+CONTRACTS_DIFF_EFFORT ?= 200
+CONTRACTS_CHECK := spec.guards spec.changelog spec.types
+
+define crosshair_diff
+	@SECONDS=0; out=$$($(CROSSHAIR) diffbehavior \
+		--max_uninteresting_iterations=$(CONTRACTS_DIFF_EFFORT) $(1) $(2) 2>&1); rc=$$?; \
+	echo "crosshair diffbehavior $(1) $(2): exit $$rc, $${SECONDS}s"; echo "$$out"; \
+	if [ $$rc -ne 0 ] || grep -q '^Given: ' <<<"$$out"; then \
+		echo "contracts: diffbehavior reported a difference (or failed)" >&2; exit 1; fi
+endef
+
+contracts: $(STAMP)
+	@SECONDS=0; $(MAKE) --no-print-directory -j2 --output-sync=target contracts-check \
+		contracts-diff-changes contracts-diff-units contracts-diff-guards; rc=$$?; \
+	echo "make contracts: $${SECONDS}s"; exit $$rc
+
+contracts-check: $(STAMP)
+	@SECONDS=0; $(CROSSHAIR) check --analysis_kind=PEP316 \
+		--max_uninteresting_iterations=$(CONTRACTS_EFFORT) $(CONTRACTS_CHECK); rc=$$?; \
+	echo "crosshair check --max_uninteresting_iterations=$(CONTRACTS_EFFORT)" \
+		"$(CONTRACTS_CHECK): exit $$rc, $${SECONDS}s"; exit $$rc
+
+contracts-diff-changes: $(STAMP)
+	$(call crosshair_diff,spec.changelog.diff_changes_by_scan,spec.changelog.diff_changes_closed)
+
+contracts-diff-units: $(STAMP)
+	$(call crosshair_diff,spec.guards.diff_units_by_walk,spec.guards.diff_units_closed)
+
+contracts-diff-guards: $(STAMP)
+	$(call crosshair_diff,spec.guards.diff_guard_by_table,spec.guards.diff_guard_computed)
 
 bench-explore: $(STAMP)
 	$(PY) -m pagedstate.models.bench_explore --out docs/benchmarks.md

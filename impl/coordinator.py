@@ -27,6 +27,7 @@ from typing import Any
 
 from pagedstate.spec import tables as T
 from pagedstate.spec.errors import InvalidArgumentError, UnknownOperationError
+from pagedstate.spec.sequences import sequence_slot
 from pagedstate.spec.snapshot import Snapshot
 from pagedstate.spec.types import (
     TRANSFER_OWNER,
@@ -353,7 +354,7 @@ class PagedStateCheckpointCoordinator:
             need_int("boundary_blocks", boundary_blocks, 0)
         if type(h) is not int:
             need_int("h", h)
-        if not (self.applies(seq) and seq.state_slot >= 0):
+        if not self.applies(seq) or sequence_slot(seq) < 0:
             return
         sid = id(seq)
         key = (sid, h)
@@ -375,9 +376,7 @@ class PagedStateCheckpointCoordinator:
             InvalidArgumentError: ``seq.state_slot`` is non-negative but not an int (checked
                 before anything changes, G8).
         """
-        slot = seq.state_slot
-        if slot >= 0 and not is_int(slot):
-            raise InvalidArgumentError(f"dst_slot must be an int, got {slot!r}")
+        slot = sequence_slot(seq)
         old = self._pending_of_seq.get(id(seq))
         if old is not None:
             self._drop_pending(old)
@@ -414,16 +413,13 @@ class PagedStateCheckpointCoordinator:
         """
         pending = self._pending
         for seq, _h in pending.values():
-            if seq.state_slot >= 0 and not is_int(seq.state_slot):
-                raise InvalidArgumentError(
-                    f"a sequence's state_slot must be an int, got {seq.state_slot!r}"
-                )
+            sequence_slot(seq)  # every slot is read before anything changes (G8)
         store = self.store
         for key, (seq, h) in list(pending.items()):
             if key not in self._pending:
                 continue  # orphaned by a re-entrant unindex earlier in this drain
             self._drop_pending(key)
-            src = seq.state_slot
+            src = sequence_slot(seq)
             if src < 0 or store.contains_or_pending(h):
                 continue
             op = store.begin_store(h, src)

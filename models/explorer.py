@@ -286,6 +286,11 @@ class Report:
         applicable = [n for n, (a, _) in GOALS.items() if a(c)]
         lines.append(f"Goals met: {len(applicable) - len(self.goals_missed)}/{len(applicable)}.")
         lines += [f"  goal never met: {g}" for g in self.goals_missed]
+        if self.violation is None and (self.rows_missed or self.goals_missed):
+            lines.append(
+                "RESULT: NOT OK: no violation, but some reachable rows or goals were not reached"
+                " (a bound too small, or a vacuous model); exit status 1."
+            )
         if self.violation is None:
             lines.append(
                 "Model checking completed. No error has been found."

@@ -21,9 +21,11 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from pagedstate.spec import tables as T
+from pagedstate.spec.changelog import changed_since as _changed_since
 from pagedstate.spec.errors import (
     AmbiguousSuspendError,
     DuplicateUnitError,
+    IllegalTransitionError,
     InvalidArgumentError,
     LeaseReusedError,
     PartialReleaseError,
@@ -33,6 +35,15 @@ from pagedstate.spec.errors import (
     UnknownOperationError,
     WrongOwnerError,
 )
+from pagedstate.spec.guards import (
+    forfeit_untrusted,
+    index_guard,
+    is_evictable,
+    store_guard,
+    units_available,
+    unpin_guard,
+)
+from pagedstate.spec.sequences import sequence_slot
 from pagedstate.spec.snapshot import OffloadPinView, RecordView, Snapshot
 from pagedstate.spec.tables import Row, Table
 from pagedstate.spec.types import (
@@ -98,8 +109,31 @@ class _Stepper:
 
     row_sink: RowSink | None = None
 
-    def _step(self, table: Table, phase: str, event: str, guard: str = T.NO_GUARD) -> Row:
+    def _step(
+        self,
+        table: Table,
+        phase: str,
+        event: str,
+        guard: str = T.NO_GUARD,
+        *,
+        to: str | None = None,
+    ) -> Row:
+        """The row for ``(phase, event, guard)``. ``to`` is the phase the model's structures
+        put the subject in (an auxiliary machine's phase is where its entry lives: a queue, a
+        list, a map); the table must agree, so its ``next`` column binds too.
+
+        Raises:
+            IllegalTransitionError: no such row, or the row's next phase is not ``to``.
+        """
         row = table.step(phase, event, guard)
+        if to is not None and row.next != to:
+            raise IllegalTransitionError(
+                table.machine,
+                phase,
+                event,
+                guard,
+                f"the model moves the {table.machine} to {to}, the table says {row.next}",
+            )
         if self.row_sink is not None:
             self.row_sink.add((table.machine, table.row_id(row)))
         return row
@@ -421,7 +455,7 @@ class PageUnitCheckpointStore(_Stepper):
 
     def _is_evictable(self, cid: int, protected: int = -1) -> bool:
         rec = self.records.get(cid)
-        return cid != protected and rec is not None and rec.phase == T.READY and rec.pin_count == 0
+        return rec is not None and is_evictable(rec.phase, rec.pin_count, cid == protected)
 
     def _next_victim(self, protected: int = -1) -> int:
         for cid in self._lru:
@@ -437,14 +471,9 @@ class PageUnitCheckpointStore(_Stepper):
             _need_int("protected_hash", protected_hash)
         if count <= self.pool.num_free:
             return True
-        shortfall = count - self.pool.num_free
         protected = self.lookup(protected_hash) if protected_hash is not None else -1
-        for cid in self._lru:
-            if self._is_evictable(cid, protected):
-                shortfall -= self.units_per_checkpoint
-                if shortfall <= 0:
-                    return True
-        return False
+        evictable = sum(1 for cid in self._lru if self._is_evictable(cid, protected))
+        return units_available(count, self.pool.num_free, evictable, self.units_per_checkpoint)
 
     def restore_queued_for(self, dst_slot: int) -> bool:
         """Whether a queued restore will write ``dst_slot`` on the next batch."""
@@ -455,18 +484,8 @@ class PageUnitCheckpointStore(_Stepper):
         """Hashes whose READY state changed after ``generation``; ``None`` when unknown (the
         log does not reach back, or a clear happened). SPEC B.3 row 23, G6."""
         _need_int("generation", generation)
-        if generation >= self.generation:
-            return set()
-        if not self._changes or self._changes[0][0] > generation + 1:
-            return None
-        out: set[int] = set()
-        for gen, h in self._changes:
-            if gen <= generation:
-                continue
-            if h is None:
-                return None
-            out.add(h)
-        return out
+        changed = _changed_since(self.generation, tuple(self._changes), generation)
+        return None if changed is None else set(changed)
 
     def has_offload_pins(self) -> bool:
         """True from dispatch of an offload store or lease until its terminal report."""
@@ -479,9 +498,12 @@ class PageUnitCheckpointStore(_Stepper):
         """Whether ``op``'s source was taken back before it reported (G7: fails closed)."""
         if not isinstance(op, StateStoreOperationId):
             raise InvalidArgumentError(f"op must be a StateStoreOperationId, got {op!r}")
-        if op in self._forfeited:
-            return True
-        return op.generation <= self._forfeit_watermark and op not in self._offload_pins
+        return forfeit_untrusted(
+            op in self._forfeited,
+            op.generation,
+            self._forfeit_watermark,
+            op in self._offload_pins,
+        )
 
     # -- internal effects -----------------------------------------------------------------
 
@@ -535,18 +557,16 @@ class PageUnitCheckpointStore(_Stepper):
         rec = self.records.get(cid)
         if rec is None:
             return
-        if rec.pin_count <= 0:
-            raise PinUnderflowError(
-                f"checkpoint {cid} {kind} pin underflow: no pin left to release"
-            )
-        guard = T.NO_GUARD if rec.phase == T.READY else ("last" if rec.pin_count == 1 else "more")
+        try:
+            guard = unpin_guard(rec.phase, rec.pin_count)
+        except PinUnderflowError as exc:
+            raise PinUnderflowError(f"checkpoint {cid} {kind} {exc}") from None
         row = self._step(T.RECORD, rec.phase, f"unpin_{kind}", guard)
         self._apply(cid, rec, row)
 
     def _evict(self, cid: int) -> None:
         rec = self.records[cid]
-        guard = "pinned" if rec.pin_count > 0 else "unpinned"
-        row = self._step(T.RECORD, rec.phase, "evict", guard)
+        row = self._step(T.RECORD, rec.phase, "evict", store_guard(rec.pin_count))
         self._apply(cid, rec, row)
         self.evictions += 1
 
@@ -610,7 +630,7 @@ class PageUnitCheckpointStore(_Stepper):
             if rec is None:
                 continue
             if rec.phase == T.EVICTING:
-                guard = "pinned" if rec.pin_count > 0 else "unpinned"
+                guard = store_guard(rec.pin_count)
                 self._apply(cid, rec, self._step(T.RECORD, T.EVICTING, "publish", guard))
             elif rec.phase != T.COPYING:
                 continue
@@ -622,7 +642,7 @@ class PageUnitCheckpointStore(_Stepper):
                     self._queue_offload_store(cid)
         restores, self._inflight_restores = self._inflight_restores, []
         for cid, _op in restores:
-            self._step(T.RESTORE, T.IN_FLIGHT, "complete")
+            self._step(T.RESTORE, T.IN_FLIGHT, "complete", to=T.DONE)
             self._unpin(cid, "restore")
 
     # -- restores -------------------------------------------------------------------------
@@ -643,7 +663,7 @@ class PageUnitCheckpointStore(_Stepper):
             raise SlotBusyError(
                 f"slot {dst_slot} already has a restore queued, in flight or suspended (G4)"
             )
-        self._step(T.RESTORE, T.R_NONE, "begin_restore")
+        self._step(T.RESTORE, T.R_NONE, "begin_restore", to=T.QUEUED)
         self._pin(cid, "restore")
         self._lru.remove(cid)
         self._lru.append(cid)
@@ -656,7 +676,7 @@ class PageUnitCheckpointStore(_Stepper):
         """Move every queued restore in flight (SPEC B.3 row 5); pins unchanged."""
         queued, self._queued_restores = self._queued_restores, []
         for _ in queued:
-            self._step(T.RESTORE, T.QUEUED, "take")
+            self._step(T.RESTORE, T.QUEUED, "take", to=T.IN_FLIGHT)
         self._inflight_restores.extend(queued)
         return tuple(op for _, op in queued)
 
@@ -669,7 +689,7 @@ class PageUnitCheckpointStore(_Stepper):
             (drop if op.dst_slot == dst_slot else keep).append((cid, op))
         self._queued_restores = keep
         for cid, _op in drop:
-            self._step(T.RESTORE, T.QUEUED, "cancel")
+            self._step(T.RESTORE, T.QUEUED, "cancel", to=T.CANCELLED)
             self._unpin(cid, "restore")
 
     def suspend_queued_restore(self, dst_slot: int) -> SuspendedCheckpointRestore | None:
@@ -685,8 +705,8 @@ class PageUnitCheckpointStore(_Stepper):
             raise AmbiguousSuspendError(f"{len(matches)} restores are queued for slot {dst_slot}")
         if not matches:
             return None
-        self._step(T.RESTORE, T.QUEUED, "suspend")
-        self._step(T.LEASE, T.L_NONE, "suspend")
+        self._step(T.RESTORE, T.QUEUED, "suspend", to=T.SUSPENDED)
+        self._step(T.LEASE, T.L_NONE, "suspend", to=T.LIVE)
         cid, op = self._queued_restores.pop(matches[0])
         lease_id = self._next_lease_id
         self._next_lease_id += 1
@@ -727,8 +747,8 @@ class PageUnitCheckpointStore(_Stepper):
             raise SlotBusyError(
                 f"slot {op.dst_slot} already has a restore queued or in flight (G4)"
             )
-        self._step(T.LEASE, T.LIVE, "resume")
-        self._step(T.RESTORE, T.SUSPENDED, "resume")
+        self._step(T.LEASE, T.LIVE, "resume", to=T.RESUMED)
+        self._step(T.RESTORE, T.SUSPENDED, "resume", to=T.QUEUED)
         del self._suspended[restore.lease_id]
         self._queued_restores.append((cid, op))
 
@@ -739,8 +759,8 @@ class PageUnitCheckpointStore(_Stepper):
             LeaseReusedError, UnknownOperationError: as :meth:`resume_suspended_restore`.
         """
         cid, _op = self._live_lease(restore)
-        self._step(T.LEASE, T.LIVE, "release")
-        self._step(T.RESTORE, T.SUSPENDED, "release")
+        self._step(T.LEASE, T.LIVE, "release", to=T.L_RELEASED)
+        self._step(T.RESTORE, T.SUSPENDED, "release", to=T.DONE)
         del self._suspended[restore.lease_id]
         self._unpin(cid, "restore")
 
@@ -760,9 +780,7 @@ class PageUnitCheckpointStore(_Stepper):
         rec = self.records.get(cid)
         if rec is None:
             return False
-        guard = T.NO_GUARD
-        if rec.phase == T.READY:
-            guard = "pinned" if rec.pin_count > 0 else "unpinned"
+        guard = index_guard(rec.phase, rec.pin_count)
         self._apply(cid, rec, self._step(T.RECORD, rec.phase, "unindex", guard))
         return True
 
@@ -773,9 +791,7 @@ class PageUnitCheckpointStore(_Stepper):
         was not empty (G6)."""
         plan = []
         for cid, rec in self.records.items():
-            guard = T.NO_GUARD
-            if rec.phase == T.READY:
-                guard = "pinned" if rec.pin_count > 0 else "unpinned"
+            guard = index_guard(rec.phase, rec.pin_count)
             plan.append((cid, rec, self._step(T.RECORD, rec.phase, "clear", guard)))
         had_ready = bool(self.hash_to_checkpoint)
         for _cid, rec, row in plan:
@@ -830,7 +846,7 @@ class PageUnitCheckpointStore(_Stepper):
         self, cid: int, *, timeout_reclaimable: bool
     ) -> tuple[StateStoreOperationId, tuple[int, ...]]:
         rec = self.records[cid]
-        self._step(T.OFFLOAD, T.OP_NONE, "take" if timeout_reclaimable else "acquire")
+        self._step(T.OFFLOAD, T.OP_NONE, "take" if timeout_reclaimable else "acquire", to=T.PINNED)
         self._pin(cid, "offload" if timeout_reclaimable else "lease")
         self._offload_generation += 1
         op = StateStoreOperationId(rec.prefix_hash, self._offload_generation)
@@ -887,9 +903,9 @@ class PageUnitCheckpointStore(_Stepper):
         if pin is None:
             return
         if pin.source_released:
-            self._step(T.OFFLOAD, T.SOURCE_RELEASED, "release_source")
+            self._step(T.OFFLOAD, T.SOURCE_RELEASED, "release_source", to=T.SOURCE_RELEASED)
             return
-        self._step(T.OFFLOAD, T.PINNED, "release_source")
+        self._step(T.OFFLOAD, T.PINNED, "release_source", to=T.SOURCE_RELEASED)
         pin.source_released = True
         self._unpin(pin.checkpoint_id, "offload" if pin.reclaimable else "lease")
 
@@ -901,7 +917,7 @@ class PageUnitCheckpointStore(_Stepper):
         if pin is None:
             return
         phase = T.SOURCE_RELEASED if pin.source_released else T.PINNED
-        self._step(T.OFFLOAD, phase, "settle")
+        self._step(T.OFFLOAD, phase, "settle", to=T.SETTLED)
         del self._offload_pins[op]
         if not pin.source_released:
             self._unpin(pin.checkpoint_id, "offload" if pin.reclaimable else "lease")
@@ -929,7 +945,13 @@ class PageUnitCheckpointStore(_Stepper):
         ]
         for op, pin in stale:
             phase = T.SOURCE_RELEASED if pin.source_released else T.PINNED
-            self._step(T.OFFLOAD, phase, "reclaim", "reclaimable")
+            self._step(
+                T.OFFLOAD,
+                phase,
+                "reclaim",
+                "reclaimable",
+                to=T.LOST_REPORT if pin.source_released else T.RECLAIMED,
+            )
             del self._offload_pins[op]
             self.offload_pins_reclaimed += 1
             if not pin.source_released:
@@ -1109,7 +1131,7 @@ class PagedStateCheckpointCoordinator(_Stepper):
                 self.checkpoints_dropped += 1
                 break
             slot = self._scratch.pop()
-            self._step(T.SCRATCH, T.FREE, "reserve")
+            self._step(T.SCRATCH, T.FREE, "reserve", to=T.S_RESERVED)
             self._scratch_reserved.add(slot)
             out.append((slot, pos, h))
         return out
@@ -1130,7 +1152,7 @@ class PagedStateCheckpointCoordinator(_Stepper):
         del seq
         self._need_reservations(reservations)
         for slot, _pos, h in reservations:
-            self._step(T.SCRATCH, T.S_RESERVED, "publish")
+            self._step(T.SCRATCH, T.S_RESERVED, "publish", to=T.S_QUEUED)
             self._scratch_reserved.discard(slot)
             self._scratch_queued.append((h, slot))
 
@@ -1138,7 +1160,7 @@ class PagedStateCheckpointCoordinator(_Stepper):
         """The forward never ran: return the scratch slots."""
         self._need_reservations(reservations)
         for slot, _pos, _h in reservations:
-            self._step(T.SCRATCH, T.S_RESERVED, "cancel")
+            self._step(T.SCRATCH, T.S_RESERVED, "cancel", to=T.FREE)
             self._scratch_reserved.discard(slot)
             assert self._scratch is not None
             self._scratch.release(slot)
@@ -1148,19 +1170,19 @@ class PagedStateCheckpointCoordinator(_Stepper):
         for i, (h, slot) in enumerate(queued):
             if budget <= 0:
                 for _ in queued[i:]:
-                    self._step(T.SCRATCH, T.S_QUEUED, "issue", "over_budget")
+                    self._step(T.SCRATCH, T.S_QUEUED, "issue", "over_budget", to=T.S_QUEUED)
                 self._scratch_queued = queued[i:]
                 return
             op = None
             if not self.store.contains_or_pending(h):
                 op = self.store.begin_store(h, slot)
             if op is None:
-                self._step(T.SCRATCH, T.S_QUEUED, "issue", "refused")
+                self._step(T.SCRATCH, T.S_QUEUED, "issue", "refused", to=T.FREE)
                 assert self._scratch is not None
                 self._scratch.release(slot)
                 self.checkpoints_dropped += 1
                 continue
-            self._step(T.SCRATCH, T.S_QUEUED, "issue", "begun")
+            self._step(T.SCRATCH, T.S_QUEUED, "issue", "begun", to=T.ISSUED)
             self._store_ops.append(op)
             self._scratch_issued.append(slot)
             self.checkpoints_kept += 1
@@ -1206,7 +1228,7 @@ class PagedStateCheckpointCoordinator(_Stepper):
         (G1). Ignored when checkpoints do not apply or ``seq.state_slot < 0``."""
         _need_int("boundary_blocks", boundary_blocks, 0)
         _need_int("h", h)
-        if not (self.applies(seq) and seq.state_slot >= 0):
+        if not self.applies(seq) or sequence_slot(seq) < 0:
             return
         key = (id(seq), h)
         if key in self._pending:
@@ -1219,11 +1241,16 @@ class PagedStateCheckpointCoordinator(_Stepper):
 
     def forget_pending(self, seq: SequenceLike) -> None:
         """``seq`` is leaving its slot: drop its pending boundaries (not counted) and cancel
-        the queued restore into its slot."""
+        the queued restore into its slot.
+
+        Raises:
+            InvalidArgumentError: ``seq.state_slot`` is not an int (nothing changed, G8).
+        """
+        slot = sequence_slot(seq)
         for k in [k for k in self._pending if k[0] == id(seq)]:
             del self._pending[k]
-        if seq.state_slot >= 0:
-            self.store.cancel_queued_restore(seq.state_slot)
+        if slot >= 0:
+            self.store.cancel_queued_restore(slot)
 
     def restore_queued_for(self, dst_slot: int) -> bool:
         """Whether a queued restore will write ``dst_slot`` (evidence for a claimed hit, S9)."""
@@ -1239,9 +1266,11 @@ class PagedStateCheckpointCoordinator(_Stepper):
         """The drain of a non-empty batch: begin the pending boundary stores, take the queued
         restores, then begin queued scratch stores within the per-batch budget (SPEC D.1 step 6).
         Returns ``(stores, restores)`` for this batch's copy launch."""
+        for seq, _h in self._pending.values():
+            sequence_slot(seq)  # every slot is read before anything changes (G8)
         pending, self._pending = self._pending, {}
         for seq, h in pending.values():
-            src = seq.state_slot
+            src = sequence_slot(seq)
             if src < 0 or self.store.contains_or_pending(h):
                 continue
             op = self.store.begin_store(h, src)
@@ -1264,7 +1293,7 @@ class PagedStateCheckpointCoordinator(_Stepper):
         self.store.complete_inflight()
         issued, self._scratch_issued = self._scratch_issued, []
         for slot in issued:
-            self._step(T.SCRATCH, T.ISSUED, "complete")
+            self._step(T.SCRATCH, T.ISSUED, "complete", to=T.FREE)
             assert self._scratch is not None
             self._scratch.release(slot)
 
@@ -1296,7 +1325,7 @@ class PagedStateCheckpointCoordinator(_Stepper):
         units = self.pool.reserve_units(u, (TRANSFER_OWNER, owner))
         if units is None:
             return None
-        self._step(T.TRANSFER, T.T_NONE, "reserve")
+        self._step(T.TRANSFER, T.T_NONE, "reserve", to=T.RESERVED)
         self._transfer_units[owner] = tuple(units)
         return self._transfer_units[owner]
 
@@ -1305,7 +1334,7 @@ class PagedStateCheckpointCoordinator(_Stepper):
         units = self._transfer_units.get(owner)
         if units is None:
             return
-        self._step(T.TRANSFER, T.RESERVED, "release")
+        self._step(T.TRANSFER, T.RESERVED, "release", to=T.T_RELEASED)
         self.pool.release_units(units, (TRANSFER_OWNER, owner))
         del self._transfer_units[owner]
 
@@ -1318,7 +1347,13 @@ class PagedStateCheckpointCoordinator(_Stepper):
         if units is None:
             return False
         adopted = self.store.adopt_units(units, (TRANSFER_OWNER, owner), prefix_hash)
-        self._step(T.TRANSFER, T.RESERVED, "adopt", "fresh" if adopted else "duplicate")
+        self._step(
+            T.TRANSFER,
+            T.RESERVED,
+            "adopt",
+            "fresh" if adopted else "duplicate",
+            to=T.ADOPTED if adopted else T.DEDUPED,
+        )
         del self._transfer_units[owner]
         return adopted
 
@@ -1385,7 +1420,7 @@ class PagedStateCheckpointCoordinator(_Stepper):
         dropped = 0
         for h, slot in self._scratch_queued:
             if match(h):
-                self._step(T.SCRATCH, T.S_QUEUED, "orphan")
+                self._step(T.SCRATCH, T.S_QUEUED, "orphan", to=T.FREE)
                 assert self._scratch is not None
                 self._scratch.release(slot)
                 dropped += 1

@@ -109,6 +109,14 @@ class Table:
     def step(self, phase: str, event: str, guard: str = NO_GUARD) -> Row:
         """The row for ``(phase, event, guard)``.
 
+        Contract: the row returned has ``row.key == (phase, event, guard)``, and a row is
+        returned exactly when :meth:`has` is true. Over the real tables the domain is finite,
+        so tests/test_contracts.py checks it exhaustively; ``make contracts`` checks it for
+        the record table with the guard computed from a symbolic pin count
+        (``pagedstate.spec.guards.check_record_step``). No ``post:`` lines here on purpose:
+        CrossHair trusts a contracted callee when it analyses a caller (it may skip the
+        body), and over a symbolic ``self`` it missed a planted bug at effort 100.
+
         Raises:
             IllegalTransitionError: the table has no such row; it names (machine, phase, event,
                 guard). Nothing is changed by a failed step: the caller has not applied any

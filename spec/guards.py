@@ -1,0 +1,350 @@
+"""Guards and availability arithmetic as pure, total functions with PEP316 contracts.
+
+The transition tables (:mod:`pagedstate.spec.tables`) say what happens for a guard
+*outcome*; this module says how the outcome is computed from a record's state. The
+reference model calls these functions and the production store is meant to, so the guard
+arithmetic exists once, and ``make contracts`` checks it symbolically with CrossHair
+(``crosshair check --analysis_kind=PEP316``): every ``pre:``/``post:``/``raises:`` line
+below is a checked contract, not a comment.
+
+Where a closed form replaces a walk (``units_available``), or code replaces a reading of
+the table (``record_guard``), a deliberately literal reference formulation sits beside it
+(``units_available_by_walk``, ``guard_by_table``). The closed form's contract says it equals
+the literal one, and the ``diff_*`` pairs at the end wrap both in one domain guard for
+``crosshair diffbehavior``, which ignores ``pre:`` lines.
+
+Sources: SPEC B.3 rows 3-22 (guards), G7 (forfeit watermark), G11 (pins only on READY;
+units released only with no pin left).
+"""
+
+from __future__ import annotations
+
+from .errors import IllegalTransitionError, PinUnderflowError
+from .tables import EVICTING, NO_GUARD, READY, RECORD, Row
+
+__all__ = [
+    "GUARD_LABELS",
+    "UNDERFLOW_MESSAGE",
+    "store_guard",
+    "index_guard",
+    "unpin_guard",
+    "record_guard",
+    "guard_holds",
+    "guard_by_table",
+    "record_step",
+    "check_record_step",
+    "is_evictable",
+    "units_available",
+    "units_available_by_walk",
+    "forfeit_untrusted",
+]
+
+#: The message of :func:`unpin_guard`'s PinUnderflowError.
+UNDERFLOW_MESSAGE = "pin underflow: no pin left to release"
+
+#: Every guard outcome a record row can carry.
+GUARD_LABELS = frozenset({NO_GUARD, "pinned", "unpinned", "last", "more"})
+
+_UNPIN_EVENTS = frozenset({"unpin_restore", "unpin_offload", "unpin_lease"})
+
+
+# ---------------------------------------------------------------------------------------
+# Record guards (SPEC B.3; tables.py: "pinned"/"unpinned" = pin_count > 0 / == 0 before the
+# event; for unpin, "last"/"more" = the pin count after the event is 0 / > 0)
+# ---------------------------------------------------------------------------------------
+
+
+def store_guard(pin_count: int) -> str:
+    """``"pinned"`` or ``"unpinned"``: the guard of evict, of an EVICTING record's publish, and
+    of a READY record's unindex or clear (SPEC B.3 rows 2, 10-12).
+
+    pre: pin_count >= 0
+    post: _ in ("pinned", "unpinned")
+    post: (_ == "pinned") == (pin_count > 0)
+    post: (_ == "unpinned") == (pin_count == 0)
+    """
+    return "pinned" if pin_count > 0 else "unpinned"
+
+
+def index_guard(phase: str, pin_count: int) -> str:
+    """The guard of unindex and clear (SPEC B.3 rows 10, 11): a READY record's pin guard;
+    ``"-"`` in every other phase (COPYING and EVICTING rows have no guard).
+
+    pre: pin_count >= 0
+    post: (_ == "-") == (phase != "READY")
+    post: phase != "READY" or _ == store_guard(pin_count)
+    """
+    if phase == READY:
+        return store_guard(pin_count)
+    return NO_GUARD
+
+
+def unpin_guard(phase: str, pin_count: int) -> str:
+    """The guard of dropping one pin (SPEC B.3 rows 3, 6, 9, 18, 19, 21): ``"-"`` on READY;
+    on any other phase ``"last"`` when this is the last pin, else ``"more"``.
+
+    Raises PinUnderflowError when no pin is left (the caller may re-raise it naming the
+    record): the pin count is checked before any row is looked up.
+
+    pre: pin_count >= 0
+    raises: PinUnderflowError
+    post: pin_count >= 1
+    post: _ in ("-", "last", "more")
+    post: (_ == "-") == (phase == "READY")
+    post: phase == "READY" or (_ == "last") == (pin_count == 1)
+    post: phase == "READY" or (_ == "more") == (pin_count > 1)
+    """
+    if pin_count <= 0:
+        raise PinUnderflowError(UNDERFLOW_MESSAGE)
+    if phase == READY:
+        return NO_GUARD
+    return "last" if pin_count == 1 else "more"
+
+
+def record_guard(phase: str, event: str, pin_count: int) -> str:
+    """The guard outcome of ``event`` on a record in ``phase`` holding ``pin_count`` pins:
+    the label :meth:`Table.step` is called with. Whether a row exists for it is the table's
+    business: ``("READY", "evict", "pinned")`` has none, so such a step raises.
+
+    Raises PinUnderflowError on an unpin event with no pin left (``pin_count <= 0``).
+
+    Its contract, that it picks exactly the row the table's own reading picks
+    (:func:`guard_by_table`), is checked over the real table by :func:`check_record_step`
+    and by the ``diff_guard_*`` pair, not by ``post:`` lines here: CrossHair trusts a
+    callee's contract instead of running its body when it analyses the caller, so a
+    contract here would hide this body from the harness; and over symbolic strings the
+    check costs 5x more and stops short of covering every path.
+    """
+    if event in _UNPIN_EVENTS:
+        return unpin_guard(phase, pin_count)
+    if event == "evict" or (event == "publish" and phase == EVICTING):
+        return store_guard(pin_count)
+    if event in ("unindex", "clear"):
+        return index_guard(phase, pin_count)
+    return NO_GUARD
+
+
+def guard_holds(guard: str, pin_count: int) -> bool:
+    """Whether a row's guard label holds for a record holding ``pin_count`` pins *before*
+    the event, read literally off the table's legend."""
+    if guard == NO_GUARD:
+        return True
+    if guard == "pinned":
+        return pin_count > 0
+    if guard == "unpinned":
+        return pin_count == 0
+    if guard == "last":
+        return pin_count == 1
+    if guard == "more":
+        return pin_count > 1
+    return False
+
+
+def guard_by_table(phase: str, event: str, pin_count: int) -> str | None:
+    """Reference formulation of :func:`record_guard`: scan the RECORD table for the rows of
+    ``(phase, event)`` and return the guard of the first whose label holds; ``None`` when
+    none does (the step is illegal). Literal and slow on purpose."""
+    for row in RECORD.rows:
+        if row.phase == phase and row.event == event and guard_holds(row.guard, pin_count):
+            return row.guard
+    return None
+
+
+def record_step(phase: str, event: str, pin_count: int) -> Row:
+    """The RECORD row a record in ``phase`` with ``pin_count`` pins takes on ``event``.
+
+    Raises IllegalTransitionError when the table has no row for the computed guard, and
+    PinUnderflowError on an unpin with no pin left. The lifecycle's safety rules over the
+    real table are the contracts of :func:`check_record_step`.
+    """
+    return RECORD.step(phase, event, record_guard(phase, event, pin_count))
+
+
+def is_evictable(phase: str, pin_count: int, is_protected: bool) -> bool:
+    """Whether a record may be chosen as an LRU victim: READY, unpinned and not the
+    protected record (SPEC B.3 rows 12, 14, 22).
+
+    pre: pin_count >= 0
+    post: _ == (phase == "READY" and store_guard(pin_count) == "unpinned" and not is_protected)
+    post: not _ or RECORD.has(phase, "evict", store_guard(pin_count))
+    """
+    return not is_protected and phase == READY and pin_count == 0
+
+
+# ---------------------------------------------------------------------------------------
+# Availability (SPEC B.3 rows 14, 22)
+# ---------------------------------------------------------------------------------------
+
+
+def units_available_by_walk(count: int, num_free: int, images: list[bool], upc: int) -> bool:
+    """Reference formulation of :func:`units_available`, as ATOM's store computes it: walk
+    the LRU (``images`` holds each record's evictable flag, oldest first), crediting
+    ``upc`` (units per checkpoint) per evictable image against the shortfall.
+
+    pre: count >= 0
+    pre: num_free >= 0
+    pre: upc >= 1
+    """
+    if count <= num_free:
+        return True
+    shortfall = count - num_free
+    for evictable in images:
+        if evictable:
+            shortfall -= upc
+            if shortfall <= 0:
+                return True
+    return False
+
+
+def _walk_over_evictable(
+    count: int, num_free: int, evictable_images: int, units_per_checkpoint: int
+) -> bool:
+    """The walk over ``evictable_images`` images, every one evictable."""
+    return units_available_by_walk(count, num_free, [True] * evictable_images, units_per_checkpoint)
+
+
+def units_available(
+    count: int, num_free: int, evictable_images: int, units_per_checkpoint: int
+) -> bool:
+    """Whether ``count`` units are free or could be freed by evicting ``evictable_images``
+    whole images of ``units_per_checkpoint`` units each: the closed form the production
+    store computes from counters, O(1).
+
+    pre: count >= 0
+    pre: num_free >= 0
+    pre: evictable_images >= 0
+    pre: units_per_checkpoint >= 1
+    post: _ == _walk_over_evictable(count, num_free, evictable_images, units_per_checkpoint)
+    post: count > num_free or _
+    """
+    return count <= num_free + evictable_images * units_per_checkpoint
+
+
+# ---------------------------------------------------------------------------------------
+# G7: was_reclaimed fails closed
+# ---------------------------------------------------------------------------------------
+
+
+def forfeit_untrusted(in_forfeited: bool, generation: int, watermark: int, live: bool) -> bool:
+    """``was_reclaimed(op)``: True when ``op`` is in the exact forfeit memory, or when its
+    generation is at or below the watermark (the memory overflowed past it) and it is not a
+    live operation. Fails closed: an old op the memory forgot is treated as reclaimed.
+
+    post: not in_forfeited or _
+    post: in_forfeited or not live or not _
+    post: in_forfeited or generation <= watermark or not _
+    post: _ or live or in_forfeited or generation > watermark
+    """
+    return in_forfeited or (generation <= watermark and not live)
+
+
+# ---------------------------------------------------------------------------------------
+# Harness over the real RECORD table. Phases and events are finite: CrossHair gets them as
+# indices (cheap) instead of symbolic strings (z3 string theory: ~5x slower, and it stops
+# short of covering every path at the effort bound). Only ``pin_count`` is unbounded.
+# ---------------------------------------------------------------------------------------
+
+
+def _nth(items: tuple[str, ...], index: int) -> str:
+    """``items[index]``, found by comparing ``index`` with each position: under CrossHair a
+    symbolic index then forks into one path per position, each with a concrete string
+    (``items[index]`` would keep the string symbolic, and z3's string theory is slow)."""
+    for i, item in enumerate(items):
+        if i == index:
+            return item
+    raise IndexError(index)
+
+
+def _table_choice(phase_index: int, event_index: int, pin_count: int) -> str | None:
+    return guard_by_table(
+        _nth(RECORD.phases, phase_index), _nth(RECORD.events, event_index), pin_count
+    )
+
+
+def _guard_of(row: Row | None) -> str | None:
+    return None if row is None else row.guard
+
+
+def check_record_step(phase_index: int, event_index: int, pin_count: int) -> Row | None:
+    """:func:`record_step` on ``RECORD.phases[phase_index]``, ``RECORD.events[event_index]``;
+    ``None`` where it raises IllegalTransitionError (no row for the computed guard).
+
+    The contracts: the computed guard picks exactly the row the table's own reading picks,
+    or none when that has none; pins never go negative; pins are taken only on READY records
+    (G11); units are released only when no pin is left (G11, C.11); a record holding a pin
+    stays READY or EVICTING. The domain is the reachable one: only READY and EVICTING
+    records hold pins (SPEC C).
+
+    pre: 0 <= phase_index < len(RECORD.phases)
+    pre: 0 <= event_index < len(RECORD.events)
+    pre: pin_count >= 0
+    pre: pin_count == 0 or RECORD.phases[phase_index] in ("READY", "EVICTING")
+    raises: PinUnderflowError
+    post: _guard_of(_) == _table_choice(phase_index, event_index, pin_count)
+    post: _ is None or _.key[:2] == (RECORD.phases[phase_index], RECORD.events[event_index])
+    post: _ is None or _.next in RECORD.phases
+    post: _ is None or pin_count + _.pin_delta >= 0
+    post: _ is None or _.pin_delta <= 0 or _.phase == "READY"
+    post: _ is None or _.units != "release" or pin_count + _.pin_delta == 0
+    post: _ is None or pin_count + _.pin_delta == 0 or _.next in ("READY", "EVICTING")
+    """
+    try:
+        phase, event = _nth(RECORD.phases, phase_index), _nth(RECORD.events, event_index)
+        return record_step(phase, event, pin_count)
+    except IllegalTransitionError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------
+# diffbehavior pairs: reference formulation vs closed form behind one domain guard
+# (crosshair diffbehavior builds arguments from the signature and ignores pre:).
+# ---------------------------------------------------------------------------------------
+
+
+def _units_domain(count: int, num_free: int, images: list[bool], units_per_checkpoint: int) -> bool:
+    return count >= 0 and num_free >= 0 and units_per_checkpoint >= 1
+
+
+def diff_units_by_walk(
+    count: int, num_free: int, images: list[bool], units_per_checkpoint: int
+) -> bool | None:
+    """diffbehavior pair, reference side: ``None`` outside the domain."""
+    if not _units_domain(count, num_free, images, units_per_checkpoint):
+        return None
+    return units_available_by_walk(count, num_free, images, units_per_checkpoint)
+
+
+def diff_units_closed(
+    count: int, num_free: int, images: list[bool], units_per_checkpoint: int
+) -> bool | None:
+    """diffbehavior pair, closed side: ``None`` outside the domain."""
+    if not _units_domain(count, num_free, images, units_per_checkpoint):
+        return None
+    return units_available(count, num_free, sum(images), units_per_checkpoint)
+
+
+def _guard_domain(phase_index: int, event_index: int, pin_count: int) -> bool:
+    return (
+        0 <= phase_index < len(RECORD.phases)
+        and 0 <= event_index < len(RECORD.events)
+        and pin_count >= 0
+        and not (RECORD.events[event_index] in _UNPIN_EVENTS and pin_count == 0)
+    )
+
+
+def diff_guard_by_table(phase_index: int, event_index: int, pin_count: int) -> str | None:
+    """diffbehavior pair, reference side: the table's own choice of guard; ``None`` when no
+    row applies, or outside the domain (unpin with no pin left excluded: that raises)."""
+    if not _guard_domain(phase_index, event_index, pin_count):
+        return None
+    return guard_by_table(RECORD.phases[phase_index], RECORD.events[event_index], pin_count)
+
+
+def diff_guard_computed(phase_index: int, event_index: int, pin_count: int) -> str | None:
+    """diffbehavior pair, computed side: :func:`record_guard` when the table has that row;
+    ``None`` when it has not, or outside the domain."""
+    if not _guard_domain(phase_index, event_index, pin_count):
+        return None
+    phase, event = RECORD.phases[phase_index], RECORD.events[event_index]
+    guard = record_guard(phase, event, pin_count)
+    return guard if RECORD.has(phase, event, guard) else None

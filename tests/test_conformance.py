@@ -1,0 +1,268 @@
+"""The conformance kit (:mod:`pagedstate.models.conformance`).
+
+- The reference model passes its own kit under the ``ci`` profile (deterministic, bounded),
+  and the run takes every non-defensive table row it is expected to.
+- The kit can fail: every planted bug of :mod:`pagedstate.models.mutants` is caught, with
+  the default configuration and again with bad inputs switched off (so the planted bug
+  itself is what disagrees, not a skipped argument check).
+- Rules come from the tables: every table event maps to a rule, and a mapping (or a table)
+  with an event left out fails the check, at import time too.
+- A failing program printed by Hypothesis replays as a plain regression test.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from pagedstate.models.conformance import (
+    EVENT_RULES,
+    MACRO_RULES,
+    ConformanceConfig,
+    ConformanceFailure,
+    ConformanceMachine,
+    ConformanceReport,
+    TableCoverageError,
+    assert_rule_mapping,
+    check_rule_mapping,
+    conformance_machine,
+    conformance_settings,
+    run_conformance,
+)
+from pagedstate.models.mutants import MUTANTS
+from pagedstate.models.reference import PagedStateCheckpointCoordinator
+from pagedstate.spec import tables as T
+from pagedstate.spec.tables import TABLES, Row
+
+#: The ``ci`` run of the reference must stay well inside this (seconds).
+CI_BUDGET_S = 60.0
+
+#: Settings for the planted-bug runs: deterministic, and no shrinking (a caught bug is all
+#: these tests need; shrinking a stateful failure takes tens of seconds). Over 10 random
+#: seeds per mutant, the slowest needed 480 test cases (docs/conformance.md); the run stops
+#: at the first failure, so the bound only costs time when a bug goes uncaught.
+MUTANT_SETTINGS = settings(
+    max_examples=2000,
+    database=None,
+    derandomize=True,
+    deadline=None,
+    phases=[Phase.explicit, Phase.generate],
+    report_multiple_bugs=False,
+)
+
+
+# -- the reference passes its own kit -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ci_run() -> tuple[ConformanceReport, float]:
+    """One ``ci``-profile run of the reference against itself: (coverage, seconds)."""
+    start = time.perf_counter()
+    report = run_conformance(PagedStateCheckpointCoordinator, settings=settings.get_profile("ci"))
+    return report, time.perf_counter() - start
+
+
+def test_reference_passes_its_own_kit_under_ci(ci_run: tuple[ConformanceReport, float]) -> None:
+    report, seconds = ci_run
+    assert seconds < CI_BUDGET_S, f"the ci conformance run took {seconds:.1f} s"
+    assert report.rows_hit
+
+
+def test_ci_run_covers_the_tables(ci_run: tuple[ConformanceReport, float]) -> None:
+    """Table-row coverage of the ci run: the defensive row is never taken (the API cannot
+    reach it) and at least 85% of the other rows are. Which few are missed depends on the
+    derandomized draw; longer runs (``dev``, ``fuzz``) take them."""
+    report, _ = ci_run
+    assert report.defensive_missed == ("record:COPYING+dedup->RELEASED",)
+    rows = sum(1 for t in TABLES.values() for r in t.rows if not r.defensive)
+    assert len(report.rows_missed) <= 0.15 * rows, report.rows_missed
+
+
+def test_event_rule_mapping_matches_what_rules_do(ci_run: tuple[ConformanceReport, float]) -> None:
+    """Every table event the reference took during a (non-macro) rule is listed for that
+    rule in EVENT_RULES: the mapping says what the rules really drive."""
+    report, _ = ci_run
+    wrong = [
+        f"{rule} took {machine}:{ev}"
+        for rule, events in report.events_by_rule.items()
+        if rule not in MACRO_RULES
+        for machine, ev in sorted(events)
+        if rule not in EVENT_RULES.get((machine, ev), ())
+    ]
+    assert wrong == []
+
+
+# One run under whatever profile is active (HYPOTHESIS_PROFILE=ci|dev|fuzz); this is also
+# the entry point hypofuzz collects.
+TestReferenceConformance = conformance_machine(
+    PagedStateCheckpointCoordinator, name="ReferenceConformance"
+).TestCase
+
+
+def test_conformance_settings_profiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    ci = conformance_settings("ci")
+    assert ci.derandomize and ci.database is None
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", "fuzz")
+    assert conformance_settings().max_examples == settings.get_profile("fuzz").max_examples
+    monkeypatch.delenv("HYPOTHESIS_PROFILE")
+    assert conformance_settings().max_examples == settings().max_examples
+
+
+def test_config_is_validated() -> None:
+    with pytest.raises(ValueError, match="units_per_checkpoint"):
+        ConformanceConfig(units_per_checkpoint=0)
+    assert ConformanceConfig(units_per_checkpoint=3).spec.units_per_checkpoint == 3
+
+
+# -- the kit can fail: planted bugs ---------------------------------------------------------
+
+
+def _run_mutant(name: str, config: ConformanceConfig) -> ConformanceFailure:
+    machine = conformance_machine(MUTANTS[name].coordinator, config=config)
+    with pytest.raises(ConformanceFailure) as info:
+        run_state_machine_as_test(machine, settings=MUTANT_SETTINGS)
+    # The store under test is to blame, never the reference.
+    assert "the reference model raised" not in str(info.value)
+    return info.value
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+def test_kit_catches_planted_bug(mutant: str) -> None:
+    _run_mutant(mutant, ConformanceConfig())
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+def test_kit_catches_planted_bug_without_bad_inputs(mutant: str) -> None:
+    """Some mutants also skip an argument check, which the bad-input rule finds first;
+    without it, the planted bug itself must show as a disagreement."""
+    failure = _run_mutant(mutant, ConformanceConfig(bad_inputs=False))
+    assert "bad_input" not in str(failure)
+
+
+def test_failure_names_the_call_and_the_fields() -> None:
+    failure = _run_mutant("publish_at_begin", ConformanceConfig())
+    text = str(failure)
+    assert "take_checkpoint_ops()" in text
+    assert "snapshots differ" in text
+    assert "records:" in text and "'COPYING'" in text and "'READY'" in text
+
+
+# -- the documented example runs -------------------------------------------------------------
+
+
+def test_docs_example_runs(tmp_path: Any) -> None:
+    """The first python block of docs/conformance.md is a complete pytest file: run it
+    (outside this repository's conftest) under the ``ci`` profile."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "conformance.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", doc, re.S)[0]
+    assert len(code.strip().splitlines()) <= 25
+    (tmp_path / "test_example.py").write_text(code)
+    env = {**os.environ, "HYPOTHESIS_PROFILE": "ci"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_example.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 passed" in proc.stdout
+
+
+# -- a failure becomes a regression test -----------------------------------------------------
+
+
+def test_printed_program_replays_as_a_plain_test() -> None:
+    """The program Hypothesis prints for ``unindex_releases_pinned`` (shape as printed:
+    ``state = Conformance()`` then one line per step), run outside Hypothesis."""
+    Conformance = conformance_machine(MUTANTS["unindex_releases_pinned"].coordinator)
+    state = Conformance()
+    state.warm_up(hs=[1])
+    state.begin_restore(h=1, slot=0)
+    with pytest.raises(ConformanceFailure, match=r"unindex\(1\)"):
+        state.unindex(h=1)
+
+    Reference = conformance_machine(PagedStateCheckpointCoordinator)
+    state = Reference()
+    state.warm_up(hs=[1])
+    state.begin_restore(h=1, slot=0)
+    state.unindex(h=1)
+    state.teardown()
+
+
+# -- rules come from the tables ------------------------------------------------------------
+
+
+def test_every_table_event_has_a_rule() -> None:
+    assert check_rule_mapping(EVENT_RULES) == []
+    keys = {(t.machine, ev) for t in TABLES.values() for ev in t.events}
+    assert set(EVENT_RULES) == keys
+
+
+@pytest.mark.parametrize("key", sorted(EVENT_RULES), ids=lambda k: f"{k[0]}:{k[1]}")
+def test_removing_a_mapping_fails(key: tuple[str, str]) -> None:
+    mapping = dict(EVENT_RULES)
+    del mapping[key]
+    assert check_rule_mapping(mapping) == [f"table event {key[0]}:{key[1]} has no conformance rule"]
+    with pytest.raises(TableCoverageError, match=f"{key[0]}:{key[1]}"):
+        assert_rule_mapping(mapping)
+
+
+def test_mapping_to_nothing_or_to_a_missing_rule_fails() -> None:
+    mapping: dict[tuple[str, str], tuple[str, ...]] = dict(EVENT_RULES)
+    mapping[("record", "evict")] = ()
+    mapping[("offload", "take")] = ("take_offload", "no_such_rule")
+    mapping[("record", "teleport")] = ("drain",)
+    assert check_rule_mapping(mapping) == [
+        "table event record:evict has no conformance rule",
+        "offload:take names 'no_such_rule', which is not a rule",
+        "mapped event record:teleport is in no table",
+    ]
+
+
+def test_a_new_table_event_needs_a_rule() -> None:
+    """A row with a new event added to a table is reported until a rule drives it."""
+    import attrs
+
+    row = Row(T.READY, "teleport", "-", T.READY, note="test")
+    record = attrs.evolve(
+        T.RECORD, rows=(*T.RECORD.rows, row), events=(*T.RECORD.events, "teleport")
+    )
+    tables = {**TABLES, "record": record}
+    assert check_rule_mapping(EVENT_RULES, ConformanceMachine, tables) == [
+        "table event record:teleport has no conformance rule"
+    ]
+
+
+def test_import_fails_when_a_table_event_has_no_rule() -> None:
+    """The check runs when the module is imported (in a fresh interpreter)."""
+    code = textwrap.dedent(
+        """
+        import attrs
+        from pagedstate.spec import tables as T
+        row = T.Row(T.READY, "teleport", "-", T.READY)
+        T.RECORD = attrs.evolve(
+            T.RECORD, rows=(*T.RECORD.rows, row), events=(*T.RECORD.events, "teleport")
+        )
+        T.TABLES = {**T.TABLES, "record": T.RECORD}
+        import pagedstate.models.conformance
+        """
+    )
+    env: dict[str, Any] = {**os.environ}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode != 0
+    assert "TableCoverageError" in proc.stderr
+    assert "table event record:teleport has no conformance rule" in proc.stderr
