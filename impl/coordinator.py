@@ -422,7 +422,7 @@ class PagedStateCheckpointCoordinator:
             src = sequence_slot(seq)
             if src < 0 or store.contains_or_pending(h):
                 continue
-            op = store.begin_store(h, src)
+            op = store._begin(h, src)  # h checked when filed, src by sequence_slot
             if op is None:
                 self.checkpoints_dropped += 1
                 continue

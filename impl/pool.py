@@ -64,8 +64,9 @@ whole-reservation check (G9) reads a per-owner unit count instead of walking the
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterable
+from itertools import repeat
 from typing import Any, Protocol, runtime_checkable
 
 from pagedstate.spec.errors import (
@@ -78,6 +79,10 @@ from pagedstate.spec.errors import (
 from ._args import is_dirtying, is_int, need_int
 
 __all__ = ["UnitPool", "SlotPool", "KVBlockPool", "EvictionCallback"]
+
+_INT_ONLY = {int}
+#: Up to this many units a call loops in Python; above it, C-level bulk passes win.
+_SMALL = 8
 
 #: ``on_evict(prefix_hash)``: a reservation overwrote the cached KV block of ``prefix_hash``.
 EvictionCallback = Callable[[int], None]
@@ -155,14 +160,17 @@ class UnitPool:
             raise InvalidArgumentError(f"on_evict must be callable or None, got {on_evict!r}")
         self.num_units = num_units
         self.on_evict: EvictionCallback | None = on_evict
-        # Truth of membership: every free unit, vacant or cached.
-        self._free: set[int] = set(range(num_units))
         # Vacant free units, a min-heap holding exactly the vacant units (no stale entries:
-        # a unit enters it when released or uncached and leaves it when reserved).
+        # a unit enters it when released or uncached and leaves it when reserved). A unit is
+        # free (vacant or cached) exactly when it has no tag.
         self._vacant: list[int] = list(range(num_units))
         # Cached free units -> prefix hash, least recently cached first.
         self._cached: OrderedDict[int, int] = OrderedDict()
-        self._tags: dict[int, tuple[Hashable, int]] = {}
+        # Tag of every unit by id: ``(owner, piece)`` while reserved, None while free. A list,
+        # not a dict: a reservation touches neighbouring ids, which share cache lines, and
+        # churn never rebuilds it (a dict of millions of units is rebuilt as keys come and
+        # go, and misses the cache on every new key).
+        self._tags: list[tuple[Hashable, int] | None] = [None] * num_units
         # Units held per (hashable) owner: the whole-reservation check of G9 without a walk.
         self._held: dict[Hashable, int] = {}
         self._dirty: set[int] = set()
@@ -174,10 +182,9 @@ class UnitPool:
         """A deep copy sharing nothing mutable (``on_evict`` is shared). O(num_units)."""
         c = type(self).__new__(type(self))
         c.__dict__.update(self.__dict__)
-        c._free = set(self._free)
         c._vacant = list(self._vacant)
         c._cached = OrderedDict(self._cached)
-        c._tags = dict(self._tags)
+        c._tags = list(self._tags)
         c._held = dict(self._held)
         c._dirty = set(self._dirty)
         c._deferred = list(self._deferred)
@@ -188,7 +195,7 @@ class UnitPool:
     @property
     def num_free(self) -> int:
         """Free units, vacant and cached (a cached KV block is reclaimable). O(1)."""
-        return len(self._free)
+        return len(self._vacant) + len(self._cached)
 
     @property
     def num_cached(self) -> int:
@@ -197,11 +204,14 @@ class UnitPool:
 
     def has_free(self, n: int) -> bool:
         """Whether at least ``n`` units are free. O(1)."""
-        return len(self._free) >= n
+        return len(self._vacant) + len(self._cached) >= n
 
     def owner_of(self, unit: int) -> tuple[Hashable, int] | None:
-        """``(owner, piece)`` of a reserved unit, ``None`` for a free one. O(1)."""
-        return self._tags.get(unit)
+        """``(owner, piece)`` of a reserved unit, ``None`` for a free one or an id outside
+        the pool. O(1)."""
+        if type(unit) is int and 0 <= unit < self.num_units:
+            return self._tags[unit]
+        return None
 
     def cached_hash(self, unit: int) -> int | None:
         """The prefix hash a cached free unit holds, ``None`` otherwise. O(1)."""
@@ -221,7 +231,9 @@ class UnitPool:
     ) -> tuple[frozenset[int], frozenset[int], dict[int, tuple[Hashable, int]]]:
         """``(free, dirty, tags)`` for :class:`~pagedstate.spec.snapshot.Snapshot`.
         O(num_units)."""
-        return frozenset(self._free), frozenset(self._dirty), dict(self._tags)
+        tags = self._tags
+        free = frozenset(u for u, t in enumerate(tags) if t is None)
+        return free, frozenset(self._dirty), {u: t for u, t in enumerate(tags) if t is not None}
 
     # -- per-owner counts ---------------------------------------------------------------
 
@@ -231,7 +243,7 @@ class UnitPool:
         except TypeError:
             # An unhashable owner (outside SPEC A.3, which asks for hashable ones, but the
             # reference accepts it): counted by a walk, only for such owners.
-            return sum(1 for o, _ in self._tags.values() if o == owner)
+            return sum(1 for t in self._tags if t is not None and t[0] == owner)
 
     def _add_held(self, owner: Hashable, n: int) -> None:
         try:
@@ -248,8 +260,9 @@ class UnitPool:
         if owner is None:
             raise InvalidArgumentError("owner must not be None")
         tags = self._tags
+        n = self.num_units
         for piece, u in enumerate(ids):
-            tag = tags.get(u)
+            tag = tags[u] if u < n else None
             if tag != (owner, piece):
                 raise WrongOwnerError(
                     f"raw unit {u} belongs to {tag!r}, not {(owner, piece)!r}; release a"
@@ -295,25 +308,29 @@ class UnitPool:
             need_int("count", count, 0)
         if owner is None:
             raise InvalidArgumentError("a reservation needs an owner, got None")
-        if len(self._free) < count:
+        vacant = self._vacant
+        cached = self._cached
+        if len(vacant) + len(cached) < count:
             return None
         if count == 0:
             return []
-        units: list[int] = []
-        evicted: list[int] = []
-        vacant = self._vacant
-        cached = self._cached
-        free = self._free
         tags = self._tags
-        for piece in range(count):
-            if vacant:
+        evicted: list[int] = []
+        if count <= _SMALL and len(vacant) >= count:
+            units = []
+            for piece in range(count):
                 u = heapq.heappop(vacant)
-            else:
+                tags[u] = (owner, piece)
+                units.append(u)
+        else:
+            pop = heapq.heappop
+            take = min(count, len(vacant))
+            units = [pop(vacant) for _ in range(take)]
+            for _ in range(count - take):
                 u, h = cached.popitem(last=False)
                 evicted.append(h)
-            free.discard(u)
-            tags[u] = (owner, piece)
-            units.append(u)
+                units.append(u)
+            deque(map(tags.__setitem__, units, zip(repeat(owner), range(count))), 0)
         self._add_held(owner, count)
         if evicted and self.on_evict is not None:
             if self._defer:
@@ -353,18 +370,41 @@ class UnitPool:
             WrongOwnerError: a unit is not tagged ``(owner, position)``.
             PartialReleaseError: the owner holds more units than named.
         """
-        ids = self._validate_whole(unit_ids, owner)
+        if self._is_whole(unit_ids, owner):
+            ids = unit_ids
+        else:
+            ids = self._validate_whole(unit_ids, owner)
         tags = self._tags
-        add_free = self._free.add
         vacant = self._vacant
         push = heapq.heappush
         for u in ids:
-            del tags[u]
-            add_free(u)
+            tags[u] = None
             push(vacant, u)
         if is_dirtying(owner):
             self._dirty.update(ids)
         self._add_held(owner, -len(ids))
+
+    def _is_whole(self, unit_ids: Any, owner: Hashable) -> bool:
+        """Fast check that ``unit_ids`` is exactly ``owner``'s whole reservation in piece
+        order; False sends the caller to :meth:`_validate_whole`, which names what is
+        wrong. O(k), in C-level passes above ``_SMALL`` units."""
+        if type(unit_ids) is not list and type(unit_ids) is not tuple:
+            return False
+        n = len(unit_ids)
+        if owner is None or self._held_by(owner) != n:
+            return False
+        tags = self._tags
+        size = self.num_units
+        if n <= _SMALL:
+            piece = 0
+            for u in unit_ids:
+                if type(u) is not int or not 0 <= u < size or tags[u] != (owner, piece):
+                    return False
+                piece += 1
+            return True
+        if set(map(type, unit_ids)) != _INT_ONLY or min(unit_ids) < 0 or max(unit_ids) >= size:
+            return False
+        return list(map(tags.__getitem__, unit_ids)) == list(zip(repeat(owner), range(n)))
 
     def rekey_units(self, unit_ids: Any, old_owner: Hashable, new_owner: Hashable) -> None:
         """Retag a whole reservation from ``old_owner`` to ``new_owner`` atomically; the units
@@ -379,9 +419,7 @@ class UnitPool:
         ids = self._validate_whole(unit_ids, old_owner)
         if self._held_by(new_owner) > 0:
             raise InvalidArgumentError(f"owner {new_owner!r} already holds units")
-        tags = self._tags
-        for piece, u in enumerate(ids):
-            tags[u] = (new_owner, piece)
+        deque(map(self._tags.__setitem__, ids, zip(repeat(new_owner), range(len(ids)))), 0)
         self._add_held(old_owner, -len(ids))
         self._add_held(new_owner, len(ids))
 
@@ -413,8 +451,7 @@ class UnitPool:
                 raise InvalidArgumentError(f"a prefix hash must be an int or None, got {h!r}")
         tags = self._tags
         for u, h in zip(ids, prefix_hashes, strict=True):
-            del tags[u]
-            self._free.add(u)
+            tags[u] = None
             if h is None:
                 heapq.heappush(self._vacant, u)
             else:
@@ -436,10 +473,8 @@ class UnitPool:
         for u in ids:
             if u not in self._cached:
                 raise InvalidArgumentError(f"unit {u} is not a cached free unit")
-        for piece, u in enumerate(ids):
-            del self._cached[u]
-            self._free.discard(u)
-            self._tags[u] = (owner, piece)
+        deque(map(self._cached.__delitem__, ids), 0)
+        deque(map(self._tags.__setitem__, ids, zip(repeat(owner), range(len(ids)))), 0)
         self._add_held(owner, len(ids))
 
     def uncache_units(self, unit_ids: Any) -> None:

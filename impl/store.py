@@ -435,35 +435,46 @@ class PageUnitCheckpointStore:
     def _apply(self, cid: int, rec: _Record, row: Row) -> None:
         """Apply a record row's effects (phase, pins, index, units), then record the row."""
         h = rec.prefix_hash
-        was = rec.phase == _READY and rec.pin_count == 0
-        rec.phase = row.next
-        rec.pin_count += row.pin_delta
-        now = rec.phase == _READY and rec.pin_count == 0
+        pins = rec.pin_count
+        was = pins == 0 and rec.phase == _READY
+        phase = rec.phase = row.next
+        delta = row.pin_delta
+        if delta:
+            pins = rec.pin_count = pins + delta
+        now = pins == 0 and phase == _READY
         index = row.index
-        if index == "pending":
-            self._pending_by_hash[h] = cid
-        elif index == "unpending":
-            if self._pending_by_hash.get(h) == cid:
-                del self._pending_by_hash[h]
-        elif index == "add":
-            if self._pending_by_hash.get(h) == cid:
-                del self._pending_by_hash[h]
-            self.hash_to_checkpoint[h] = cid
-            self._lru[cid] = None
-            self._refresh(rec)
-            self._note_change(h)
-        elif index == "remove":
-            if self.hash_to_checkpoint.get(h) == cid:
-                del self.hash_to_checkpoint[h]
-            self._lru.pop(cid, None)
-            self._note_change(h)
+        if index != "none":
+            if index == "pending":
+                self._pending_by_hash[h] = cid
+            elif index == "unpending":
+                pending = self._pending_by_hash
+                if pending.get(h) == cid:
+                    del pending[h]
+            elif index == "add":
+                pending = self._pending_by_hash
+                if pending.get(h) == cid:
+                    del pending[h]
+                self.hash_to_checkpoint[h] = cid
+                self._lru[cid] = None
+                self._stamp += 1
+                rec.stamp = self._stamp
+                self.generation += 1
+                self._changes.append((self.generation, h))
+            elif index == "remove":
+                index_map = self.hash_to_checkpoint
+                if index_map.get(h) == cid:
+                    del index_map[h]
+                self._lru.pop(cid, None)
+                self.generation += 1
+                self._changes.append((self.generation, h))
         if was != now:
             self._num_evictable += 1 if now else -1
         if now and (not was or index == "add"):
             self._push_victim(cid, rec)
         if row.units == "release":
             self._release_record(cid)
-        self._took(T.RECORD, row, cid)
+        if self.row_sink is not None or self.on_transition is not None:
+            self._took(T.RECORD, row, cid)
 
     def _release_record(self, cid: int) -> None:
         """Drop the record and return its units to the pool (SPEC B.3 "rel")."""
@@ -538,9 +549,17 @@ class PageUnitCheckpointStore:
         """
         if type(count) is not int or count < 0:
             need_int("count", count, 0)
-        if not self.has_available_units(count):
+        return self._make_room(count)
+
+    def _make_room(self, count: int) -> bool:
+        """``ensure_free_units`` past argument checks."""
+        pool = self.pool
+        free = pool.num_free
+        if count <= free:
+            return True
+        if self._num_evictable * self._units < count - free:
             return False
-        while self.pool.num_free < count:
+        while pool.num_free < count:
             victim = self._next_victim()
             if victim < 0:
                 return False
@@ -572,8 +591,13 @@ class PageUnitCheckpointStore:
             need_int("src_slot", src_slot, 0)
         if self.lookup(prefix_hash) >= 0 or prefix_hash in self._pending_by_hash:
             return None
+        return self._begin(prefix_hash, src_slot)
+
+    def _begin(self, prefix_hash: int, src_slot: int) -> CheckpointStoreOp | None:
+        """``begin_store`` past its argument checks and with the hash neither READY nor
+        pending (the caller checked)."""
         u = self._units
-        if not self.ensure_free_units(u):
+        if not self._make_room(u):
             return None
         row = T.RECORD.step(T.ABSENT, "begin_store")
         cid = self._next_checkpoint_id

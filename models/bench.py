@@ -224,6 +224,24 @@ def _fixed_mix_us(r: EngineResult, mix: EngineResult) -> float:
     return num / den if den else 0.0
 
 
+def _work(r: EngineResult, m: str) -> int:
+    return r.work.get(m, r.timings[m][1]) if m in r.timings else 0
+
+
+def _fixed_work_ratio(r: EngineResult, base: EngineResult) -> float:
+    """Cost per unit of work, ``r`` against ``base``, over ``base``'s work mix: each store
+    method's ns per unit of work in ``r`` (see ``CallTimer.extra_work``), weighted by the
+    units of work ``base`` did in it, over ``base``'s own time. 1.0 when every kind of work
+    costs the same in both runs, whatever the number of calls or the work per call."""
+    num = den = 0.0
+    for m, (ns, _) in base.timings.items():
+        if m in _NOT_STORE_OPS or m not in r.timings or not _work(r, m):
+            continue
+        num += _work(base, m) * r.timings[m][0] / _work(r, m)
+        den += ns
+    return num / den if den else 0.0
+
+
 def _fmt(x: float) -> str:
     return f"{x:,.2f}" if x < 100 else f"{x:,.0f}"
 
@@ -428,7 +446,39 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         " filed. A method's mean can therefore move with concurrency for what its calls do,"
         " not only for how the store scales; the live-records runs below repeat one"
         " identical call sequence and isolate the latter.",
+        "",
+        "### Per unit of work (production)",
+        "",
+        "A call's work is one unit plus: for `pool.reserve_units` / `pool.release_units`,"
+        " the units beyond the first; for `take_checkpoint_ops`, the ops it returns and the"
+        " records it evicts; for `complete_previous_batch`, the ops of the batch it"
+        " completes; for `ensure_free_units`, the records it evicts; for `unindex`, one more"
+        " when it orphans something. The engine credits it after the call, outside the"
+        " timed region. µs per unit of work, and units of work per call:",
+        "",
     ]
+    head = "| method |" + "".join(f" work/call @{c} | µs/work @{c} |" for c in conc)
+    head += f" µs/work @{hi_c} / @{lo_c} |" if growth else ""
+    lines += [head, "|---|" + "---:|---:|" * len(conc) + ("---:|" if growth else "")]
+    for m in methods:
+        if m in _NOT_STORE_OPS:
+            continue
+        row = f"| `{m}` |"
+        for p, _r in conc.values():
+            if m in p.timings and _work(p, m):
+                ns, n = p.timings[m]
+                row += f" {_work(p, m) / n:.2f} | {_fmt(ns / _work(p, m) / 1000)} |"
+            else:
+                row += " - | - |"
+        if growth:
+            a, b = conc[lo_c][0], conc[hi_c][0]
+            if m in a.timings and m in b.timings and _work(a, m) and _work(b, m):
+                ca = a.timings[m][0] / _work(a, m)
+                cb = b.timings[m][0] / _work(b, m)
+                row += f" {cb / ca:.2f} |" if ca else " - |"
+            else:
+                row += " - |"
+        lines.append(row)
     lines += [
         "",
         "### Engine counters (production run)",
@@ -507,6 +557,7 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
     if lo != hi:
         raw = _us(ps[hi]) / _us(ps[lo]) if _us(ps[lo]) else 0.0
         mixed = _fixed_mix_us(ps[hi], ps[lo]) / _us(ps[lo]) if _us(ps[lo]) else 0.0
+        per_work = _fixed_work_ratio(ps[hi], ps[lo])
         lines.append(
             f"- Cost per call at {hi:,} / at {lo:,} running requests: {raw:.2f}"
             f" (target <= {TARGET_CONCURRENCY_RATIO:g}):"
@@ -514,6 +565,8 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
             f" With the {hi:,} run's per-method costs weighted by the {lo:,} run's call"
             f" counts (same mix): {mixed:.2f}"
             f" ({_verdict(mixed <= TARGET_CONCURRENCY_RATIO if judged else None)})."
+            f" Per unit of work, over the {lo:,} run's work mix: {per_work:.2f}"
+            f" ({_verdict(per_work <= TARGET_CONCURRENCY_RATIO if judged else None)})."
         )
     prod_recs = [(n, rr) for label, n, rr in rec_runs if label == prod_label and judged]
     if len(prod_recs) >= 2:
@@ -524,7 +577,8 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
             f"- Cost per call with {n1:,} / with {n0:,} live records: {raw:.2f}"
             f" (target <= {TARGET_RECORDS_RATIO:g}):"
             f" **{_verdict(raw <= TARGET_RECORDS_RATIO)}**; same mix: {mixed:.2f}"
-            f" ({_verdict(mixed <= TARGET_RECORDS_RATIO)})."
+            f" ({_verdict(mixed <= TARGET_RECORDS_RATIO)}); per unit of work:"
+            f" {_fixed_work_ratio(r1, r0):.2f}."
         )
     elif not judged:
         lines.append(

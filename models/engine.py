@@ -109,6 +109,7 @@ __all__ = [
     "CallTimer",
     "TraceRequest",
     "load_trace",
+    "prefix_hash",
     "resolve_impl",
     "run_trace",
     "timer_floor_ns",
@@ -128,6 +129,23 @@ DEFAULT_TRACE = (
 KV_OWNER = "live-kv"
 #: Prefix hashes of records a run pre-populates: far above any trace id.
 PREPOP_HASH_BASE = 1 << 40
+_MASK63 = (1 << 63) - 1
+
+
+def prefix_hash(block_id: int) -> int:
+    """The prefix hash the engine model uses for a trace's block id (or a pre-populated
+    record's number): a bijective 63-bit mix (splitmix64's finaliser, taken mod 2**63).
+
+    A Mooncake trace numbers its prefix blocks 0, 1, 2, ...; an engine's prefix hashes are
+    uniformly spread 64-bit values (vLLM hashes the block's tokens). Passing the ids through
+    unmixed would make every hash table of the store see a dense run of small ints and the
+    pre-populated records a second run that aliases it slot for slot, which no real engine
+    produces. Distinct ids give distinct hashes (each step is invertible mod 2**63).
+    """
+    x = block_id & _MASK63
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK63
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK63
+    return x ^ (x >> 31)
 
 _T = TypeVar("_T")
 _now = time.perf_counter_ns
@@ -224,6 +242,17 @@ class CallTimer:
         self.sample_methods: array[int] = array("H")
         self.methods: list[str] = []
         self._ids: dict[str, int] = {}
+        #: method name -> work beyond one unit per call, credited by the engine after the
+        #: call (untimed): the units a pool call names or hands out beyond the first, the
+        #: ops a drain returns or a completion publishes, the records an eviction or an
+        #: ``unindex`` spends. Calls that do more work take longer for that reason alone;
+        #: per-work figures separate that from how the store scales.
+        self.extra_work: dict[str, int] = {}
+
+    def credit(self, name: str, extra: int) -> None:
+        """Add ``extra`` units of work to ``name`` (see ``extra_work``)."""
+        if extra:
+            self.extra_work[name] = self.extra_work.get(name, 0) + extra
 
     def call(self, name: str, fn: Callable[..., _T], *args: Any) -> _T:
         """``fn(*args)``, its duration added to ``name``'s total. Only the call sits between
@@ -266,7 +295,7 @@ class Request:
     def __init__(self, trace: TraceRequest) -> None:
         self.rid = trace.index
         self.trace = trace
-        self.hashes = list(trace.hash_ids)
+        self.hashes = [prefix_hash(h) for h in trace.hash_ids]
         self.state_slot = -1
         self.has_per_req_cache = True
         self.computed = 0  # prompt tokens whose state exists
@@ -309,6 +338,8 @@ class EngineResult:
     samples: array[int] = field(default_factory=lambda: array("q"))
     sample_methods: array[int] = field(default_factory=lambda: array("H"))
     methods: list[str] = field(default_factory=list)
+    #: method name -> units of work its calls did (see :class:`CallTimer`, ``work``).
+    work: dict[str, int] = field(default_factory=dict)
 
     @property
     def calls(self) -> int:
@@ -362,6 +393,7 @@ class Engine:
         self.timings = self.timer.timings
         #: The one place every implementation call goes through (see the module docstring).
         self._call = self.timer.call
+        self._last_drain_ops = 0  # ops of the last drain, published by the next completion
         self.counters: dict[str, int] = dict.fromkeys(
             (
                 "passes",
@@ -405,7 +437,7 @@ class Engine:
             k = min(batch, n - made)
             seqs = [_Seq() for _ in range(k)]
             for i, s in enumerate(seqs):
-                c.checkpoint(s, 1, PREPOP_HASH_BASE + made + i)
+                c.checkpoint(s, 1, prefix_hash(PREPOP_HASH_BASE + made + i))
             stores, _ = c.take_checkpoint_ops()
             c.complete_previous_batch()
             if len(stores) != k:
@@ -417,6 +449,9 @@ class Engine:
 
     # -- KV prefix index ------------------------------------------------------------------
 
+    def _evictions(self) -> int:
+        return int(self.coordinator.store.evictions)
+
     def _trim_cache(self) -> None:
         cap = self._num_free()
         if self.config.kv_cache_blocks is not None:
@@ -425,7 +460,10 @@ class Engine:
         while len(cached) > max(0, cap):
             h, _ = cached.popitem(last=False)
             self.counters["unindexed"] += 1
-            self._call("unindex", self.coordinator.unindex, h)
+            c = self.coordinator
+            gone = c.checkpoints_orphaned
+            self._call("unindex", c.unindex, h)
+            self.timer.credit("unindex", c.checkpoints_orphaned - gone)
 
     def _kv_hit(self, req: Request) -> int:
         cap = (req.trace.input_length - 1) // self.config.block_tokens
@@ -476,9 +514,13 @@ class Engine:
             if not self._call("begin_restore", c.begin_restore, req.hashes[r - 1], slot):
                 raise RuntimeError("gated checkpoint disappeared before state attach")
             self.counters["restores"] += 1
-        if not self._call("ensure_free_units", c.ensure_free_units, need):
+        spent = self._evictions()
+        room = self._call("ensure_free_units", c.ensure_free_units, need)
+        self.timer.credit("ensure_free_units", self._evictions() - spent)
+        if not room:
             raise RuntimeError("ensure_free_units refused after a passing gate")
         units = self._call("pool.reserve_units", self.pool.reserve_units, need, (KV_OWNER, req.rid))
+        self.timer.credit("pool.reserve_units", max(need, 1) - 1)
         if units is None:
             raise RuntimeError("reserve_units refused after ensure_free_units")
         req.kv_units = list(units)
@@ -524,6 +566,7 @@ class Engine:
         heapq.heappush(self._free_slots, req.state_slot)
         req.state_slot = -1
         self._call("pool.release_units", self.pool.release_units, req.kv_units, (KV_OWNER, req.rid))
+        self.timer.credit("pool.release_units", max(len(req.kv_units), 1) - 1)
         req.kv_units = []
         for h in req.hashes[: req.published_blocks]:
             self._drop(h)
@@ -535,6 +578,8 @@ class Engine:
         cnt = self.counters
         cnt["passes"] += 1
         self._call("complete_previous_batch", c.complete_previous_batch)
+        self.timer.credit("complete_previous_batch", self._last_drain_ops)
+        self._last_drain_ops = 0
         admitted = False
         while waiting and self._free_slots:
             if not self._admit(waiting[0]):
@@ -550,7 +595,12 @@ class Engine:
         cnt["peak_running"] = max(cnt["peak_running"], len(running))
         if running:
             cnt["drains"] += 1
-            self._call("take_checkpoint_ops", c.take_checkpoint_ops)
+            spent = self._evictions()
+            stores, restores = self._call("take_checkpoint_ops", c.take_checkpoint_ops)
+            self._last_drain_ops = len(stores) + len(restores)
+            self.timer.credit(
+                "take_checkpoint_ops", self._last_drain_ops + self._evictions() - spent
+            )
             self._trim_cache()
         finished: list[Request] = []
         d = self.config.decode_tokens_per_pass
@@ -609,6 +659,7 @@ class Engine:
             counters=dict(self.counters),
             fates=fates,
             timings={k: list(v) for k, v in self.timings.items()},
+            work={k: v[1] + self.timer.extra_work.get(k, 0) for k, v in self.timings.items()},
             wall_s=wall,
             cpu_s=cpu,
             prepopulated=self.prepopulated,

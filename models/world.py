@@ -578,9 +578,9 @@ def _key(w: World) -> tuple[Any, ...]:
     first: dict[int, int] = {}
     units: list[Any] = []
     append = units.append
-    tags = store.pool._tags
+    owner_of = store.pool.owner_of  # the reference's or the production pool's
     for u in range(store.pool.num_units):
-        tag = tags.get(u)
+        tag = owner_of(u)
         if tag is None:
             append(None)
             continue
