@@ -137,7 +137,8 @@ def conform(cfg: Config, *, check_drain: bool = False) -> Conformance:
                 # Both, so the two row sinks (shared with the drained clones) stay comparable.
                 drained = (rn.drain_problems(), inx.drain_problems())
                 assert drained == ([], []), f"trace {trace(key, action)}: {drained}"
-            queue.append((rn, inx, nkey, depth + 1))
+            if cfg.max_depth is None or depth + 1 < cfg.max_depth:
+                queue.append((rn, inx, nkey, depth + 1))  # the last level is never expanded
     assert rsink == isink, f"rows taken differ: {sorted(rsink ^ isink)}"
     out.rows = isink
     out.seconds = time.perf_counter() - t0
@@ -201,6 +202,8 @@ def _conform_worker(wid: int, nworkers: int, check_drain: bool, conn: Any) -> No
                     continue
                 seen.add(key)
                 new += 1
+                if rw is None:
+                    continue  # the last level: checked by the worker that generated it
                 rw.coord.row_sink, iw.coord.row_sink = rsink, isink
                 problems = iw.problems()
                 if problems:
@@ -215,6 +218,10 @@ def _conform_worker(wid: int, nworkers: int, check_drain: bool, conn: Any) -> No
                     frontier.append((rw, iw, key, trace))
             conn.send((new, failure, len(frontier)))
         elif msg[0] == "expand":
+            # The level this expansion makes is the last one (never expanded) when msg[1]:
+            # its states are checked here, and only their keys and traces travel, so the
+            # whole last level (the largest) never sits in memory as worlds.
+            last = msg[1]
             generated = refused = 0
             failure = None
             outbox: dict[int, list[Any]] = {}
@@ -238,6 +245,17 @@ def _conform_worker(wid: int, nworkers: int, check_drain: bool, conn: Any) -> No
                         continue
                     level.add(nkey)
                     item = (nkey, (*trace, action), rn, inx)
+                    if last:
+                        inx.coord.row_sink = isink
+                        rn.coord.row_sink = rsink
+                        problems = inx.problems()
+                        if not problems and check_drain:
+                            drained = (rn.drain_problems(), inx.drain_problems())
+                            problems = [] if drained == ([], []) else [str(drained)]
+                        if problems:
+                            failure = f"trace {list(item[1])}: {problems}"
+                            break
+                        item = (nkey, item[1], None, None)
                     owner = hash(nkey) % nworkers
                     if owner == wid:
                         local.append(item)
@@ -293,8 +311,9 @@ def conform_parallel(cfg: Config, *, workers: int = 2, check_drain: bool = False
                 break
             if cfg.max_depth is not None and depth >= cfg.max_depth:
                 break
+            last = cfg.max_depth is not None and depth + 1 >= cfg.max_depth
             for c in conns:
-                c.send(("expand",))
+                c.send(("expand", last))
             inbox = {w: [] for w in range(workers)}
             for c in conns:
                 generated, refused, fail, blobs = c.recv()
