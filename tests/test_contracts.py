@@ -1,10 +1,16 @@
 """Symbolic contracts of the spec's pure functions (``make contracts``), and proof that the
-checks bite.
+checks bite and hold the code the stores run.
 
-Two parts:
+Three parts:
 
 - Plain unit tests of :mod:`pagedstate.spec.guards`, :mod:`pagedstate.spec.changelog`,
-  ``spec_violation`` and :meth:`Table.step` (exhaustive where the domain is finite).
+  ``spec_violation`` and :meth:`Table.step` (exhaustive where the domain is finite), and a
+  test that the production store computes its guards and arithmetic through the helpers
+  the pairs hold on their production side, and the reference model through those on their
+  reference side.
+- One CrossHair run per test, not slow (seconds each): an off-by-one planted in the
+  production side of each ``diffbehavior`` pair of the Makefile is reported by that pair,
+  and one is reported by ``crosshair check``.
 - CrossHair runs (marked slow): the real modules pass ``crosshair check`` and every
   ``diffbehavior`` pair agrees, at the effort bounds the Makefile's ``contracts`` target
   uses (read from the Makefile, so the two cannot drift); and each planted bug, written
@@ -449,6 +455,16 @@ def _dif(pair: str) -> tuple[str, ...]:
     return {
         "units": ("diff", "spec.guards.diff_units_by_walk", "spec.guards.diff_units_closed"),
         "guards": ("diff", "spec.guards.diff_guard_by_table", "spec.guards.diff_guard_computed"),
+        "evictable": (
+            "diff",
+            "spec.guards.diff_evictable_by_table",
+            "spec.guards.diff_evictable_computed",
+        ),
+        "reclaimed": (
+            "diff",
+            "spec.guards.diff_reclaimed_by_cases",
+            "spec.guards.diff_reclaimed_computed",
+        ),
         "changes": (
             "diff",
             "spec.changelog.diff_changes_by_scan",
@@ -463,14 +479,14 @@ PLANTS = [
         "guards.py",
         'return "pinned" if pin_count > 0 else "unpinned"',
         'return "pinned" if pin_count > 1 else "unpinned"',
-        (_chk("spec.guards.store_guard"),),
+        (_chk("spec.guards.store_guard"), _dif("guards")),
     ),
     Plant(
         "unpin_guard_last_off_by_one",
         "guards.py",
         'return "last" if pin_count == 1 else "more"',
         'return "last" if pin_count <= 2 else "more"',
-        (_chk("spec.guards.unpin_guard"),),
+        (_chk("spec.guards.unpin_guard"), _dif("guards")),
     ),
     Plant(
         "unpin_guard_no_underflow_check",
@@ -501,7 +517,7 @@ PLANTS = [
         "guards.py",
         "return not is_protected and phase == READY and pin_count == 0",
         "return not is_protected and phase == READY",
-        (_chk("spec.guards.is_evictable"),),
+        (_chk("spec.guards.is_evictable"), _dif("evictable")),
     ),
     Plant(
         "units_available_off_by_one",
@@ -522,7 +538,7 @@ PLANTS = [
         "guards.py",
         "return in_forfeited or (generation <= watermark and not live)",
         "return in_forfeited or (generation < watermark and not live)",
-        (_chk("spec.guards.forfeit_untrusted"),),
+        (_chk("spec.guards.forfeit_untrusted"), _dif("reclaimed")),
     ),
     Plant(
         # G11 / C.11: a row that frees the units while a pin is left.
@@ -542,8 +558,8 @@ PLANTS = [
     Plant(
         "changed_since_forgets_clears",
         "changelog.py",
-        "continue\n        if h is None:\n            return None\n        out.add(h)",
-        "continue\n        if h is not None:\n            out.add(h)",
+        "break\n        if h is None:\n            return None\n        out.add(h)",
+        "break\n        if h is not None:\n            out.add(h)",
         (_chk("spec.changelog.changed_since"), _dif("changes")),
     ),
     Plant(
@@ -573,6 +589,55 @@ PLANTS = [
         "return -(-image_bytes // page_unit_bytes)",
         "return image_bytes // page_unit_bytes + 1",
         (_chk("spec.types.units_for"),),
+    ),
+]
+
+
+#: One off-by-one per diffbehavior pair of the Makefile, planted in the helper the
+#: production store calls (the pair's production side), plus one that ``crosshair check``
+#: must report from the helper's own contract. Each is one CrossHair run of a few seconds.
+PRODUCTION_OFF_BY_ONE = [
+    Plant(
+        "changed_since_reads_one_bump_too_far_back",
+        "changelog.py",
+        "        if gen <= since:\n            break",
+        "        if gen < since:\n            break",
+        (_dif("changes"),),
+    ),
+    Plant(
+        "units_available_needs_one_unit_more",
+        "guards.py",
+        "return count <= num_free + evictable_images * units_per_checkpoint",
+        "return count < num_free + evictable_images * units_per_checkpoint",
+        (_dif("units"),),
+    ),
+    Plant(
+        "unpin_guard_last_at_two_pins",
+        "guards.py",
+        'return "last" if pin_count == 1 else "more"',
+        'return "last" if pin_count == 2 else "more"',
+        (_dif("guards"),),
+    ),
+    Plant(
+        "is_evictable_with_one_pin",
+        "guards.py",
+        "return not is_protected and phase == READY and pin_count == 0",
+        "return not is_protected and phase == READY and pin_count <= 1",
+        (_dif("evictable"),),
+    ),
+    Plant(
+        "forfeit_untrusted_watermark_exclusive",
+        "guards.py",
+        "return in_forfeited or (generation <= watermark and not live)",
+        "return in_forfeited or (generation < watermark and not live)",
+        (_dif("reclaimed"),),
+    ),
+    Plant(
+        "units_available_needs_one_unit_more_check",
+        "guards.py",
+        "return count <= num_free + evictable_images * units_per_checkpoint",
+        "return count < num_free + evictable_images * units_per_checkpoint",
+        (_chk("spec.guards.units_available"),),
     ),
 ]
 
@@ -630,11 +695,33 @@ def crosshair_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
             f.cancel()
 
 
+def test_every_pair_has_a_production_off_by_one() -> None:
+    pairs = {run[1:] for plant in PRODUCTION_OFF_BY_ONE for run in plant.caught_by}
+    assert set(DIFF_PAIRS) <= pairs
+    assert any(run[0] == "check" for p in PRODUCTION_OFF_BY_ONE for run in p.caught_by)
+
+
+@pytest.mark.parametrize("plant", PRODUCTION_OFF_BY_ONE, ids=lambda p: p.name)
+def test_off_by_one_in_a_production_helper_is_reported(plant: Plant, tmp_path: Path) -> None:
+    """The planted copy of ``spec/`` is the code the production store would run; CrossHair,
+    at the Makefile's bound, reports the difference from the reference's helper (or the
+    broken contract) with a counterexample."""
+    where = _plant(plant, tmp_path)
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    for run in plant.caught_by:
+        result = subprocess.run(
+            _command(run), cwd=where, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert _reported(run, result), (
+            f"{' '.join(run)} did not report {plant.name}:\n{result.stdout}{result.stderr}"
+        )
+
+
 def test_makefile_bounds_are_explicit() -> None:
     assert 50 <= EFFORT <= 200
     assert 50 <= DIFF_EFFORT <= 200
     assert {"spec.guards", "spec.changelog", "spec.types"} <= set(CHECK_TARGETS)
-    assert len(DIFF_PAIRS) >= 2
+    assert len(DIFF_PAIRS) >= 5
     assert re.search(r"^check-only:.*(?:\n\t.*)*\n\t.*\bcontracts\b", _makefile(), re.MULTILINE)
 
 
