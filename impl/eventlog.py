@@ -65,7 +65,15 @@ from typing import IO, Any
 
 from pagedstate.spec import tables as T
 from pagedstate.spec.errors import InvalidArgumentError
-from pagedstate.spec.wire import UNHANDLED, safe_repr
+from pagedstate.spec.wire import (
+    COORDINATOR_CALLS,
+    FORMAT,
+    POOL_CALLS,
+    POOL_KV_CALLS,
+    UNHANDLED,
+    VERSION,
+    safe_repr,
+)
 from pagedstate.spec.wire import encode as _encode
 
 from .coordinator import PagedStateCheckpointCoordinator
@@ -85,54 +93,8 @@ __all__ = [
     "NOT_LOGGED",
 ]
 
-#: The header's ``format`` field.
-FORMAT = "pagedstate-eventlog"
-#: The header's ``version`` field.
-VERSION = 1
-
-#: Coordinator methods that write a line per call (every public method but those in
-#: :data:`NOT_LOGGED`; a test checks the two lists cover the class).
-COORDINATOR_CALLS: tuple[str, ...] = (
-    "applies",
-    "attach_midstep_scratch",
-    "reserve_midstep",
-    "publish_midstep",
-    "cancel_midstep",
-    "resumable_hit",
-    "checkpoint",
-    "forget_pending",
-    "restore_queued_for",
-    "begin_restore",
-    "take_checkpoint_ops",
-    "complete_previous_batch",
-    "has_available_units",
-    "ensure_free_units",
-    "reserve_transfer_units",
-    "release_transfer_units",
-    "adopt_transfer_units",
-    "suspend_queued_restore",
-    "resume_suspended_restore",
-    "release_suspended_restore",
-    "contains",
-    "attach_offload",
-    "take_offload_stores",
-    "acquire_checkpoint_source",
-    "release_offload_store_source",
-    "settle_offload_store",
-    "has_offload_pins",
-    "reclaim_stale_offload_pins",
-    "was_reclaimed",
-    "unindex",
-    "clear_index",
-    "checkpoint_fates",
-)
 #: Public coordinator methods that are not logged: pure reads of the whole state, or copies.
 NOT_LOGGED = frozenset({"snapshot", "clone"})
-#: Pool calls an engine makes for its KV reservations (logged as ``pool.<name>``).
-POOL_CALLS: tuple[str, ...] = ("reserve_units", "release_units", "rekey_units", "mark_clean")
-#: The pool's KV-cache calls: logged so that a log never hides them, but the reference
-#: model's pool has no KV cache, so a log that uses them cannot be replayed.
-POOL_KV_CALLS: tuple[str, ...] = ("cache_units", "claim_cached_units", "uncache_units")
 
 #: Key under which an attached coordinator holds its log (an instance attribute).
 _ATTR = "_pagedstate_eventlog"

@@ -43,6 +43,7 @@ from typing import Any
 
 from pagedstate.spec import errors as E
 from pagedstate.spec import tables as T
+from pagedstate.spec import wire
 from pagedstate.spec.errors import BadSpecError, InvalidArgumentError
 from pagedstate.spec.types import (
     CheckpointRestoreOp,
@@ -51,7 +52,7 @@ from pagedstate.spec.types import (
     StateStoreOperationId,
     SuspendedCheckpointRestore,
 )
-from pagedstate.spec.wire import UNHANDLED
+from pagedstate.spec.wire import FORMAT, UNHANDLED, VERSION
 from pagedstate.spec.wire import encode as _encode
 
 from . import reference as R
@@ -71,50 +72,10 @@ __all__ = [
     "POOL_KV_CALLS",
 ]
 
-FORMAT = "pagedstate-eventlog"
-VERSION = 1
-
-#: The coordinator calls a log may hold (the same list as ``pagedstate.impl.eventlog``).
-COORDINATOR_CALLS: frozenset[str] = frozenset(
-    {
-        "applies",
-        "attach_midstep_scratch",
-        "reserve_midstep",
-        "publish_midstep",
-        "cancel_midstep",
-        "resumable_hit",
-        "checkpoint",
-        "forget_pending",
-        "restore_queued_for",
-        "begin_restore",
-        "take_checkpoint_ops",
-        "complete_previous_batch",
-        "has_available_units",
-        "ensure_free_units",
-        "reserve_transfer_units",
-        "release_transfer_units",
-        "adopt_transfer_units",
-        "suspend_queued_restore",
-        "resume_suspended_restore",
-        "release_suspended_restore",
-        "contains",
-        "attach_offload",
-        "take_offload_stores",
-        "acquire_checkpoint_source",
-        "release_offload_store_source",
-        "settle_offload_store",
-        "has_offload_pins",
-        "reclaim_stale_offload_pins",
-        "was_reclaimed",
-        "unindex",
-        "clear_index",
-        "checkpoint_fates",
-    }
-)
-POOL_CALLS: frozenset[str] = frozenset(
-    {"reserve_units", "release_units", "rekey_units", "mark_clean"}
-)
-POOL_KV_CALLS: frozenset[str] = frozenset({"cache_units", "claim_cached_units", "uncache_units"})
+#: The calls a log may hold (:mod:`pagedstate.spec.wire`, which the event log writes with).
+COORDINATOR_CALLS: frozenset[str] = frozenset(wire.COORDINATOR_CALLS)
+POOL_CALLS: frozenset[str] = frozenset(wire.POOL_CALLS)
+POOL_KV_CALLS: frozenset[str] = frozenset(wire.POOL_KV_CALLS)
 
 _HEADER_FIELDS = (
     "spec",

@@ -6,7 +6,8 @@ arguments and results with :func:`encode`; the replay on the reference model
 log, and decodes the log. Each side adds what only it has through ``extra``: the log, the
 engine's sequence objects (given an id); the replay, its stand-ins for those sequences, for
 values the log could only describe and for the offload index and scratch pool. The format
-is in ``docs/eventlog.md``.
+is in ``docs/eventlog.md``. The format's name and version and the calls a log may hold are
+here too, for the same two readers.
 """
 
 from __future__ import annotations
@@ -23,7 +24,65 @@ from .types import (
     SuspendedCheckpointRestore,
 )
 
-__all__ = ["UNHANDLED", "Extra", "encode", "safe_repr"]
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "COORDINATOR_CALLS",
+    "POOL_CALLS",
+    "POOL_KV_CALLS",
+    "UNHANDLED",
+    "Extra",
+    "encode",
+    "safe_repr",
+]
+
+#: The header's ``format`` field.
+FORMAT = "pagedstate-eventlog"
+#: The header's ``version`` field.
+VERSION = 1
+
+#: Coordinator methods that write a line per call (every public method of the production
+#: coordinator but ``pagedstate.impl.eventlog.NOT_LOGGED``; a test checks the two lists
+#: cover the class).
+COORDINATOR_CALLS: tuple[str, ...] = (
+    "applies",
+    "attach_midstep_scratch",
+    "reserve_midstep",
+    "publish_midstep",
+    "cancel_midstep",
+    "resumable_hit",
+    "checkpoint",
+    "forget_pending",
+    "restore_queued_for",
+    "begin_restore",
+    "take_checkpoint_ops",
+    "complete_previous_batch",
+    "has_available_units",
+    "ensure_free_units",
+    "reserve_transfer_units",
+    "release_transfer_units",
+    "adopt_transfer_units",
+    "suspend_queued_restore",
+    "resume_suspended_restore",
+    "release_suspended_restore",
+    "contains",
+    "attach_offload",
+    "take_offload_stores",
+    "acquire_checkpoint_source",
+    "release_offload_store_source",
+    "settle_offload_store",
+    "has_offload_pins",
+    "reclaim_stale_offload_pins",
+    "was_reclaimed",
+    "unindex",
+    "clear_index",
+    "checkpoint_fates",
+)
+#: Pool calls an engine makes for its KV reservations (logged as ``pool.<name>``).
+POOL_CALLS: tuple[str, ...] = ("reserve_units", "release_units", "rekey_units", "mark_clean")
+#: The pool's KV-cache calls: logged so that a log never hides them, but the reference
+#: model's pool has no KV cache, so a log that uses them cannot be replayed.
+POOL_KV_CALLS: tuple[str, ...] = ("cache_units", "claim_cached_units", "uncache_units")
 
 #: What an ``extra`` hook returns for a value it leaves to the generic encoding.
 UNHANDLED: Any = object()
