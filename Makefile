@@ -25,7 +25,7 @@ export HYPOTHESIS_PROFILE
 
 .PHONY: help setup test test-slow check check-only explore lint docs docs-check \
 	bench-explore wheel-check clean contracts contracts-check contracts-diff-changes \
-	contracts-diff-units contracts-diff-guards
+	contracts-diff-units contracts-diff-guards contracts-diff-evictable contracts-diff-reclaimed
 
 help:
 	@echo "make setup          create $(VENV) ($(TORCH), then -e '.[dev]'); reruns when pyproject.toml changes"
@@ -37,7 +37,7 @@ help:
 	@echo "make lint           ruff check + mypy over $(SRC_DIRS)"
 	@echo "make docs           regenerate docs/ (pagedstate render --out docs)"
 	@echo "make docs-check     fail if docs/ is stale (pagedstate render --check docs)"
-	@echo "make contracts      CrossHair: check the spec's PEP316 contracts, diffbehavior on pure pairs"
+	@echo "make contracts      CrossHair: spec contracts, diffbehavior reference vs production helpers"
 	@echo "make bench-explore  write docs/benchmarks.md"
 	@echo "make wheel-check    build the wheel, install it in a fresh venv without dev extras, smoke-test it"
 	@echo "make clean          remove $(VENV), build outputs and caches"
@@ -93,12 +93,20 @@ docs-check: $(STAMP)
 
 # Symbolic contract checks with CrossHair (design/CHECKING.md section 2). The default effort
 # (5 uninteresting iterations) finds nothing, so the bounds are explicit. `crosshair check`
-# exits 1 on a counterexample; each `diffbehavior` pair (a literal reference formulation vs
-# the closed form, both behind one domain guard: diffbehavior ignores pre:) fails the target
-# on a reported difference ("Given: ...") whatever the exit code. Targets are named from the
-# repo root (spec.*), not as pagedstate.spec.*: crosshair 0.0.113 crashes
-# (NotADirectoryError) reading the implicit namespace package `pagedstate` through the
-# editable install's path hook. The four runs share 2 cores (make -j2), longest first.
+# exits 1 on a counterexample. The guards and arithmetic of both stores are pure helpers in
+# spec/ (spec/guards.py, spec/changelog.py): impl/store.py calls the production helpers,
+# models/reference.py the reference's literal formulations. Each `diffbehavior` pair runs the
+# reference's helper against the production's, both behind one domain guard (diffbehavior
+# ignores pre:), and fails the target on a reported difference ("Given: ...") whatever the
+# exit code:
+#   changes    changed_since_by_scan    vs changed_since      (store.changed_since)
+#   units      units_available_by_walk  vs units_available    (store.has_available_units)
+#   guards     guard_by_table           vs record_guard       (every guarded record row)
+#   evictable  evictable_by_table       vs is_evictable       (LRU victims, evictable count)
+#   reclaimed  reclaimed_by_cases       vs forfeit_untrusted  (store.was_reclaimed, G7)
+# Targets are named from the repo root (spec.*), not as pagedstate.spec.*: crosshair 0.0.113
+# crashes (NotADirectoryError) reading the implicit namespace package `pagedstate` through
+# the editable install's path hook. The six runs share 2 cores (make -j2), longest first.
 CROSSHAIR := $(VENV)/bin/crosshair
 CONTRACTS_EFFORT ?= 100
 CONTRACTS_DIFF_EFFORT ?= 200
@@ -114,7 +122,8 @@ endef
 
 contracts: $(STAMP)
 	@SECONDS=0; $(MAKE) --no-print-directory -j2 --output-sync=target contracts-check \
-		contracts-diff-changes contracts-diff-units contracts-diff-guards; rc=$$?; \
+		contracts-diff-changes contracts-diff-units contracts-diff-guards \
+		contracts-diff-evictable contracts-diff-reclaimed; rc=$$?; \
 	echo "make contracts: $${SECONDS}s"; exit $$rc
 
 contracts-check: $(STAMP)
@@ -131,6 +140,12 @@ contracts-diff-units: $(STAMP)
 
 contracts-diff-guards: $(STAMP)
 	$(call crosshair_diff,spec.guards.diff_guard_by_table,spec.guards.diff_guard_computed)
+
+contracts-diff-evictable: $(STAMP)
+	$(call crosshair_diff,spec.guards.diff_evictable_by_table,spec.guards.diff_evictable_computed)
+
+contracts-diff-reclaimed: $(STAMP)
+	$(call crosshair_diff,spec.guards.diff_reclaimed_by_cases,spec.guards.diff_reclaimed_computed)
 
 bench-explore: $(STAMP)
 	$(PY) -m pagedstate.models.bench_explore --out docs/benchmarks.md

@@ -56,7 +56,6 @@ drain's sequence slots and the fingerprint, the bounds and scratch pool for the 
 from __future__ import annotations
 
 import json
-import math
 import os
 import weakref
 from collections import OrderedDict
@@ -66,12 +65,16 @@ from typing import IO, Any
 
 from pagedstate.spec import tables as T
 from pagedstate.spec.errors import InvalidArgumentError
-from pagedstate.spec.types import (
-    CheckpointRestoreOp,
-    CheckpointStoreOp,
-    StateStoreOperationId,
-    SuspendedCheckpointRestore,
+from pagedstate.spec.wire import (
+    COORDINATOR_CALLS,
+    FORMAT,
+    POOL_CALLS,
+    POOL_KV_CALLS,
+    UNHANDLED,
+    VERSION,
+    safe_repr,
 )
+from pagedstate.spec.wire import encode as _encode
 
 from .coordinator import PagedStateCheckpointCoordinator
 from .pool import UnitPool
@@ -90,54 +93,8 @@ __all__ = [
     "NOT_LOGGED",
 ]
 
-#: The header's ``format`` field.
-FORMAT = "pagedstate-eventlog"
-#: The header's ``version`` field.
-VERSION = 1
-
-#: Coordinator methods that write a line per call (every public method but those in
-#: :data:`NOT_LOGGED`; a test checks the two lists cover the class).
-COORDINATOR_CALLS: tuple[str, ...] = (
-    "applies",
-    "attach_midstep_scratch",
-    "reserve_midstep",
-    "publish_midstep",
-    "cancel_midstep",
-    "resumable_hit",
-    "checkpoint",
-    "forget_pending",
-    "restore_queued_for",
-    "begin_restore",
-    "take_checkpoint_ops",
-    "complete_previous_batch",
-    "has_available_units",
-    "ensure_free_units",
-    "reserve_transfer_units",
-    "release_transfer_units",
-    "adopt_transfer_units",
-    "suspend_queued_restore",
-    "resume_suspended_restore",
-    "release_suspended_restore",
-    "contains",
-    "attach_offload",
-    "take_offload_stores",
-    "acquire_checkpoint_source",
-    "release_offload_store_source",
-    "settle_offload_store",
-    "has_offload_pins",
-    "reclaim_stale_offload_pins",
-    "was_reclaimed",
-    "unindex",
-    "clear_index",
-    "checkpoint_fates",
-)
 #: Public coordinator methods that are not logged: pure reads of the whole state, or copies.
 NOT_LOGGED = frozenset({"snapshot", "clone"})
-#: Pool calls an engine makes for its KV reservations (logged as ``pool.<name>``).
-POOL_CALLS: tuple[str, ...] = ("reserve_units", "release_units", "rekey_units", "mark_clean")
-#: The pool's KV-cache calls: logged so that a log never hides them, but the reference
-#: model's pool has no KV cache, so a log that uses them cannot be replayed.
-POOL_KV_CALLS: tuple[str, ...] = ("cache_units", "claim_cached_units", "uncache_units")
 
 #: Key under which an attached coordinator holds its log (an instance attribute).
 _ATTR = "_pagedstate_eventlog"
@@ -159,105 +116,31 @@ def _label(machine: str, row: T.Row) -> str:
 # ---------------------------------------------------------------------------------------
 
 
-def _safe_repr(value: object) -> str:
-    try:
-        return repr(value)
-    except Exception:  # a repr that raises must not break the engine's call
-        return f"<unrepresentable {type(value).__qualname__}>"
-
-
-def _sort_key(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+def _sequence(seq_id: Callable[[object], int], value: object) -> Any:
+    """The log's ``extra`` hook of :func:`pagedstate.spec.wire.encode`: an object with
+    ``state_slot`` and ``has_per_req_cache`` is a sequence, ``{"seq": id, "state_slot": ...,
+    "has_per_req_cache": ...}``, its id from ``seq_id`` and both fields read now."""
+    slot = getattr(value, "state_slot", _MISSING)
+    cache = getattr(value, "has_per_req_cache", _MISSING)
+    if slot is _MISSING or cache is _MISSING:
+        return UNHANDLED
+    return {"seq": seq_id(value), "state_slot": encode(slot), "has_per_req_cache": encode(cache)}
 
 
 def encode(value: Any, seq_id: Callable[[object], int] | None = None) -> Any:
-    """``value`` as JSON-ready data, exactly enough to rebuild an equal value of the same type.
-
-    ``None``, bools, ints, strs and finite floats are themselves; a list is a JSON array; every
-    other value is a one-key object naming its kind: ``{"tuple": [...]}``, ``{"dict": [[k, v],
-    ...]}``, ``{"set": [...]}`` / ``{"frozenset": [...]}`` (sorted by their JSON text),
-    ``{"float": "nan" | "inf" | "-inf"}``, ``{"bytes": hex}``, ``{"op": [h, gen]}`` (a
-    :class:`StateStoreOperationId`), ``{"store_op": {...}}`` / ``{"restore_op": {...}}`` (the
-    op's fields), ``{"lease": {"checkpoint_id", "op", "lease_id"}}`` (a
-    :class:`SuspendedCheckpointRestore`). An object with ``state_slot`` and
-    ``has_per_req_cache`` is a sequence: ``{"seq": id, "state_slot": ..., "has_per_req_cache":
-    ...}`` with the id from ``seq_id`` and both fields read now. Anything else is
-    ``{"object": type name, "repr": repr}``. Owners, which may be any hashable, round-trip to
-    equal hashable values (tuples stay tuples). Never raises.
-    """
-    t = type(value)
-    if value is None or t is bool or t is int or t is str:
-        return value
-    if t is float:
-        return value if math.isfinite(value) else {"float": repr(value)}
-    if t is list:
-        return [encode(x, seq_id) for x in value]
-    if t is tuple:
-        return {"tuple": [encode(x, seq_id) for x in value]}
-    if t is StateStoreOperationId:
-        return {"op": [encode(value.prefix_hash, seq_id), encode(value.generation, seq_id)]}
-    if t is CheckpointStoreOp:
-        return {
-            "store_op": {
-                "src_slot": encode(value.src_slot, seq_id),
-                "unit_ids": encode(value.unit_ids, seq_id),
-                "total_bytes": encode(value.total_bytes, seq_id),
-                "layout_id": encode(value.layout_id, seq_id),
-            }
-        }
-    if t is CheckpointRestoreOp:
-        return {
-            "restore_op": {
-                "dst_slot": encode(value.dst_slot, seq_id),
-                "unit_ids": encode(value.unit_ids, seq_id),
-                "total_bytes": encode(value.total_bytes, seq_id),
-                "layout_id": encode(value.layout_id, seq_id),
-            }
-        }
-    if t is SuspendedCheckpointRestore:
-        return {
-            "lease": {
-                "checkpoint_id": encode(value.checkpoint_id, seq_id),
-                "op": encode(value.op, seq_id),
-                "lease_id": encode(value.lease_id, seq_id),
-            }
-        }
-    if isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, float):
-        return encode(float(value))
-    if isinstance(value, tuple):
-        return {"tuple": [encode(x, seq_id) for x in value]}
-    if isinstance(value, list):
-        return [encode(x, seq_id) for x in value]
-    if isinstance(value, dict):
-        return {"dict": [[encode(k, seq_id), encode(v, seq_id)] for k, v in value.items()]}
-    if isinstance(value, (set, frozenset)):
-        tag = "frozenset" if isinstance(value, frozenset) else "set"
-        return {tag: sorted((encode(x, seq_id) for x in value), key=_sort_key)}
-    if isinstance(value, (bytes, bytearray)):
-        return {"bytes": bytes(value).hex()}
-    if seq_id is not None:
-        slot = getattr(value, "state_slot", _MISSING)
-        cache = getattr(value, "has_per_req_cache", _MISSING)
-        if slot is not _MISSING and cache is not _MISSING:
-            return {
-                "seq": seq_id(value),
-                "state_slot": encode(slot),
-                "has_per_req_cache": encode(cache),
-            }
-    return {"object": type(value).__qualname__, "repr": _safe_repr(value)}
+    """``value`` as JSON-ready data (:func:`pagedstate.spec.wire.encode`, the format shared
+    with the replay). With ``seq_id``, an object with ``state_slot`` and
+    ``has_per_req_cache`` (at any depth) is a sequence: ``{"seq": id, "state_slot": ...,
+    "has_per_req_cache": ...}`` with the id from ``seq_id`` and both fields read now. Never
+    raises."""
+    return _encode(value, None if seq_id is None else partial(_sequence, seq_id))
 
 
 def _error(exc: BaseException) -> dict[str, str]:
     try:
         message = str(exc)
     except Exception:
-        message = _safe_repr(exc)
+        message = safe_repr(exc)
     return {"type": type(exc).__name__, "message": message}
 
 

@@ -3,8 +3,19 @@
 Same public calls, arguments, return values, errors and :class:`Snapshot` as the reference
 model (:mod:`pagedstate.models.reference`); where SPEC section G differs from ATOM's module,
 this store follows G. Every record, restore, lease and offload operation moves only through
-``Table.step`` of :mod:`pagedstate.spec.tables` with the reference's guards, and the row's
-effects (phase, pin delta, index, units) are applied by one function, :meth:`_apply`.
+``Table.step`` of :mod:`pagedstate.spec.tables`, and the row's effects (phase, pin delta,
+index, units) are applied by one function, :meth:`_apply`.
+
+Guards and arithmetic are pure helpers of :mod:`pagedstate.spec` that ``make contracts``
+checks with CrossHair (their contracts, and ``crosshair diffbehavior`` against the
+reference model's own formulations of the same computations): the guard of a record step
+is computed by the helper ``record_guard`` dispatches its event to (``store_guard`` for
+evict and an EVICTING publish, ``index_guard`` for unindex and clear, ``unpin_guard`` for
+the unpins), the LRU victim predicate (victim heap, evictable count) is ``is_evictable``,
+``has_available_units`` is ``units_available``, ``was_reclaimed`` is ``forfeit_untrusted``
+and ``changed_since`` is ``pagedstate.spec.changelog.changed_since`` over the store's
+deque. Each is one call, O(1) (``changed_since``: O(changes reported)), with no
+allocation beyond its answer.
 
 Indexes instead of walks (each kept exact by the differential tests in ``tests/``):
 
@@ -48,6 +59,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from pagedstate.spec import tables as T
+from pagedstate.spec.changelog import changed_since as _changed_since
 from pagedstate.spec.errors import (
     InvalidArgumentError,
     LeaseReusedError,
@@ -55,6 +67,14 @@ from pagedstate.spec.errors import (
     SlotBusyError,
     SourcePinLostError,
     UnknownOperationError,
+)
+from pagedstate.spec.guards import (
+    forfeit_untrusted,
+    index_guard,
+    is_evictable,
+    store_guard,
+    units_available,
+    unpin_guard,
 )
 from pagedstate.spec.snapshot import OffloadPinView, RecordView, Snapshot
 from pagedstate.spec.tables import Row, Table
@@ -297,7 +317,7 @@ class PageUnitCheckpointStore:
     def _is_evictable(self, cid: int, protected: int = -1) -> bool:
         """SPEC B.3: ``cid != protected`` and READY and unpinned. O(1)."""
         rec = self.records.get(cid)
-        return cid != protected and rec is not None and rec.phase == _READY and rec.pin_count == 0
+        return rec is not None and is_evictable(rec.phase, rec.pin_count, cid == protected)
 
     def _next_victim(self, protected: int = -1) -> int:
         """The first evictable record in LRU order other than ``protected``, or -1 (the only
@@ -308,7 +328,11 @@ class PageUnitCheckpointStore:
         while heap:
             stamp, cid = heap[0]
             rec = records.get(cid)
-            if rec is None or rec.phase != _READY or rec.pin_count or rec.stamp != stamp:
+            if (
+                rec is None
+                or not is_evictable(rec.phase, rec.pin_count, False)
+                or rec.stamp != stamp
+            ):
                 heapq.heappop(heap)
                 continue
             if cid != protected:
@@ -334,15 +358,12 @@ class PageUnitCheckpointStore:
         if protected_hash is not None:
             if type(protected_hash) is not int:
                 need_int("protected_hash", protected_hash)
-        free = self.pool.num_free
-        if count <= free:
-            return True
         spendable = self._num_evictable
         if protected_hash is not None:
             protected = self.lookup(protected_hash)
             if protected >= 0 and self._is_evictable(protected):
                 spendable -= 1
-        return spendable * self._units >= count - free
+        return units_available(count, self.pool.num_free, spendable, self._units)
 
     def restore_queued_for(self, dst_slot: int) -> bool:
         """Whether a queued restore will write ``dst_slot`` on the next batch. O(1).
@@ -364,19 +385,7 @@ class PageUnitCheckpointStore:
         """
         if type(generation) is not int:
             need_int("generation", generation)
-        if generation >= self.generation:
-            return set()
-        changes = self._changes
-        if not changes or changes[0][0] > generation + 1:
-            return None
-        out: set[int] = set()
-        for gen, h in reversed(changes):
-            if gen <= generation:
-                break
-            if h is None:
-                return None
-            out.add(h)
-        return out
+        return _changed_since(self.generation, self._changes, generation)
 
     def has_offload_pins(self) -> bool:
         """True from dispatch of an offload store or lease until its terminal report. O(1)."""
@@ -395,9 +404,12 @@ class PageUnitCheckpointStore:
         """
         if not isinstance(op, StateStoreOperationId):
             raise InvalidArgumentError(f"op must be a StateStoreOperationId, got {op!r}")
-        if op in self._forfeited:
-            return True
-        return op.generation <= self._forfeit_watermark and op not in self._offload_pins
+        return forfeit_untrusted(
+            op in self._forfeited,
+            op.generation,
+            self._forfeit_watermark,
+            op in self._offload_pins,
+        )
 
     # -- internal effects -----------------------------------------------------------------
 
@@ -422,7 +434,7 @@ class PageUnitCheckpointStore:
             fresh = []
             for c in self._lru:
                 r = records[c]
-                if r.pin_count == 0:
+                if is_evictable(r.phase, r.pin_count, False):
                     fresh.append((r.stamp, c))
             heapq.heapify(fresh)
             self._victims = fresh
@@ -435,13 +447,12 @@ class PageUnitCheckpointStore:
     def _apply(self, cid: int, rec: _Record, row: Row) -> None:
         """Apply a record row's effects (phase, pins, index, units), then record the row."""
         h = rec.prefix_hash
-        pins = rec.pin_count
-        was = pins == 0 and rec.phase == _READY
+        was = is_evictable(rec.phase, rec.pin_count, False)
         phase = rec.phase = row.next
         delta = row.pin_delta
         if delta:
-            pins = rec.pin_count = pins + delta
-        now = pins == 0 and phase == _READY
+            rec.pin_count += delta
+        now = is_evictable(phase, rec.pin_count, False)
         index = row.index
         if index != "none":
             if index == "pending":
@@ -509,11 +520,10 @@ class PageUnitCheckpointStore:
         rec = self.records.get(cid)
         if rec is None:
             return
-        if rec.pin_count <= 0:
-            raise PinUnderflowError(
-                f"checkpoint {cid} {kind} pin underflow: no pin left to release"
-            )
-        guard = T.NO_GUARD if rec.phase == _READY else ("last" if rec.pin_count == 1 else "more")
+        try:
+            guard = unpin_guard(rec.phase, rec.pin_count)
+        except PinUnderflowError as exc:
+            raise PinUnderflowError(f"checkpoint {cid} {kind} {exc}") from None
         row = T.RECORD.step(rec.phase, f"unpin_{kind}", guard)
         self._apply(cid, rec, row)
 
@@ -524,8 +534,7 @@ class PageUnitCheckpointStore:
             IllegalTransitionError: the record is pinned or not READY (nothing changed).
         """
         rec = self.records[cid]
-        guard = "pinned" if rec.pin_count > 0 else "unpinned"
-        row = T.RECORD.step(rec.phase, "evict", guard)
+        row = T.RECORD.step(rec.phase, "evict", store_guard(rec.pin_count))
         self._apply(cid, rec, row)
         self.evictions += 1
 
@@ -557,7 +566,7 @@ class PageUnitCheckpointStore:
         free = pool.num_free
         if count <= free:
             return True
-        if self._num_evictable * self._units < count - free:
+        if not units_available(count, free, self._num_evictable, self._units):
             return False
         while pool.num_free < count:
             victim = self._next_victim()
@@ -631,7 +640,7 @@ class PageUnitCheckpointStore:
             if rec is None:
                 continue
             if rec.phase == T.EVICTING:
-                guard = "pinned" if rec.pin_count > 0 else "unpinned"
+                guard = store_guard(rec.pin_count)
                 self._apply(cid, rec, T.RECORD.step(T.EVICTING, "publish", guard))
             elif rec.phase != T.COPYING:
                 continue
@@ -821,9 +830,7 @@ class PageUnitCheckpointStore:
         rec = self.records.get(cid)
         if rec is None:
             return False
-        guard = T.NO_GUARD
-        if rec.phase == _READY:
-            guard = "pinned" if rec.pin_count > 0 else "unpinned"
+        guard = index_guard(rec.phase, rec.pin_count)
         self._apply(cid, rec, T.RECORD.step(rec.phase, "unindex", guard))
         return True
 
@@ -834,9 +841,7 @@ class PageUnitCheckpointStore:
         READY set was not empty (G6). O(records): every record changes phase."""
         plan = []
         for cid, rec in self.records.items():
-            guard = T.NO_GUARD
-            if rec.phase == _READY:
-                guard = "pinned" if rec.pin_count > 0 else "unpinned"
+            guard = index_guard(rec.phase, rec.pin_count)
             plan.append((cid, rec, T.RECORD.step(rec.phase, "clear", guard)))
         had_ready = bool(self.hash_to_checkpoint)
         for _cid, rec, row in plan:

@@ -27,22 +27,23 @@ footer's call count must equal the calls replayed. A log that cannot be parsed i
 re-entrant calls from an eviction callback, store calls made outside the coordinator) is
 ``unsupported``; both name the line.
 
-``models`` does not import ``impl``: the checker reads JSON only. The value encoding is
-duplicated here (:func:`encode`), and ``tests/test_eventlog.py`` checks that both sides
-encode every kind of value alike.
+``models`` does not import ``impl``: the checker reads JSON only. Both sides encode values
+with :func:`pagedstate.spec.wire.encode`, each adding its own values (the log: the engine's
+sequences; the replay: its stand-ins), and ``tests/test_eventlog.py`` checks that every
+kind of value round-trips.
 """
 
 from __future__ import annotations
 
 import builtins
 import json
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from pagedstate.spec import errors as E
 from pagedstate.spec import tables as T
+from pagedstate.spec import wire
 from pagedstate.spec.errors import BadSpecError, InvalidArgumentError
 from pagedstate.spec.types import (
     CheckpointRestoreOp,
@@ -51,6 +52,8 @@ from pagedstate.spec.types import (
     StateStoreOperationId,
     SuspendedCheckpointRestore,
 )
+from pagedstate.spec.wire import FORMAT, UNHANDLED, VERSION
+from pagedstate.spec.wire import encode as _encode
 
 from . import reference as R
 
@@ -69,50 +72,10 @@ __all__ = [
     "POOL_KV_CALLS",
 ]
 
-FORMAT = "pagedstate-eventlog"
-VERSION = 1
-
-#: The coordinator calls a log may hold (the same list as ``pagedstate.impl.eventlog``).
-COORDINATOR_CALLS: frozenset[str] = frozenset(
-    {
-        "applies",
-        "attach_midstep_scratch",
-        "reserve_midstep",
-        "publish_midstep",
-        "cancel_midstep",
-        "resumable_hit",
-        "checkpoint",
-        "forget_pending",
-        "restore_queued_for",
-        "begin_restore",
-        "take_checkpoint_ops",
-        "complete_previous_batch",
-        "has_available_units",
-        "ensure_free_units",
-        "reserve_transfer_units",
-        "release_transfer_units",
-        "adopt_transfer_units",
-        "suspend_queued_restore",
-        "resume_suspended_restore",
-        "release_suspended_restore",
-        "contains",
-        "attach_offload",
-        "take_offload_stores",
-        "acquire_checkpoint_source",
-        "release_offload_store_source",
-        "settle_offload_store",
-        "has_offload_pins",
-        "reclaim_stale_offload_pins",
-        "was_reclaimed",
-        "unindex",
-        "clear_index",
-        "checkpoint_fates",
-    }
-)
-POOL_CALLS: frozenset[str] = frozenset(
-    {"reserve_units", "release_units", "rekey_units", "mark_clean"}
-)
-POOL_KV_CALLS: frozenset[str] = frozenset({"cache_units", "claim_cached_units", "uncache_units"})
+#: The calls a log may hold (:mod:`pagedstate.spec.wire`, which the event log writes with).
+COORDINATOR_CALLS: frozenset[str] = frozenset(wire.COORDINATOR_CALLS)
+POOL_CALLS: frozenset[str] = frozenset(wire.POOL_CALLS)
+POOL_KV_CALLS: frozenset[str] = frozenset(wire.POOL_KV_CALLS)
 
 _HEADER_FIELDS = (
     "spec",
@@ -261,50 +224,10 @@ class _Opaque:
         return hash((self.type_name, self.text))
 
 
-def _sort_key(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def encode(value: Any) -> Any:
-    """The log's encoding of ``value`` (the same as ``pagedstate.impl.eventlog.encode``, see
-    there); the replay's own stand-ins encode as the log wrote their originals."""
+def _stand_in(value: Any) -> Any:
+    """The replay's ``extra`` hook of :func:`pagedstate.spec.wire.encode`: its own stand-ins
+    encode as the log wrote their originals."""
     t = type(value)
-    if value is None or t is bool or t is int or t is str:
-        return value
-    if t is float:
-        return value if math.isfinite(value) else {"float": repr(value)}
-    if t is list:
-        return [encode(x) for x in value]
-    if t is tuple:
-        return {"tuple": [encode(x) for x in value]}
-    if t is StateStoreOperationId:
-        return {"op": [encode(value.prefix_hash), encode(value.generation)]}
-    if t is CheckpointStoreOp:
-        return {
-            "store_op": {
-                "src_slot": encode(value.src_slot),
-                "unit_ids": encode(value.unit_ids),
-                "total_bytes": encode(value.total_bytes),
-                "layout_id": encode(value.layout_id),
-            }
-        }
-    if t is CheckpointRestoreOp:
-        return {
-            "restore_op": {
-                "dst_slot": encode(value.dst_slot),
-                "unit_ids": encode(value.unit_ids),
-                "total_bytes": encode(value.total_bytes),
-                "layout_id": encode(value.layout_id),
-            }
-        }
-    if t is SuspendedCheckpointRestore:
-        return {
-            "lease": {
-                "checkpoint_id": encode(value.checkpoint_id),
-                "op": encode(value.op),
-                "lease_id": encode(value.lease_id),
-            }
-        }
     if t is _Seq:
         return {
             "seq": value.sid,
@@ -315,30 +238,14 @@ def encode(value: Any) -> Any:
         return {"object": value.type_name, "repr": value.text}
     if isinstance(value, _Scripted):
         return {"ext": value.name}
-    if isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, float):
-        return encode(float(value))
-    if isinstance(value, tuple):
-        return {"tuple": [encode(x) for x in value]}
-    if isinstance(value, list):
-        return [encode(x) for x in value]
-    if isinstance(value, dict):
-        return {"dict": [[encode(k), encode(v)] for k, v in value.items()]}
-    if isinstance(value, (set, frozenset)):
-        tag = "frozenset" if isinstance(value, frozenset) else "set"
-        return {tag: sorted((encode(x) for x in value), key=_sort_key)}
-    if isinstance(value, (bytes, bytearray)):
-        return {"bytes": bytes(value).hex()}
-    try:
-        text = repr(value)
-    except Exception:
-        text = f"<unrepresentable {type(value).__qualname__}>"
-    return {"object": type(value).__qualname__, "repr": text}
+    return UNHANDLED
+
+
+def encode(value: Any) -> Any:
+    """The log's encoding of ``value`` (:func:`pagedstate.spec.wire.encode`, which the
+    event log writes with); the replay's own stand-ins encode as the log wrote their
+    originals."""
+    return _encode(value, _stand_in)
 
 
 _OP_FIELDS = {

@@ -89,7 +89,7 @@ from pagedstate.spec.types import (
 )
 
 from .reference import PagedStateCheckpointCoordinator, SlotPool, UnitPool
-from .world import KV_OWNER, ManualClock
+from .world import KV_OWNER, ManualClock, drain_calls, make_drain_call, quiescence_problems
 
 __all__ = [
     "ConformanceConfig",
@@ -1315,56 +1315,32 @@ class ConformanceMachine(RuleBasedStateMachine):
         self._quiesce("quiesce")
 
     def _quiesce(self, rule_name: str) -> None:
+        """The explorer's drain (:func:`~pagedstate.models.world.drain_calls`) on both
+        stores, each call compared; each store is passed its own handles."""
         snap = self.snap_ref
         live = {lease_id for lease_id, _, _ in snap.suspended}
+        leases = []
         for pair in self.lease_pairs:
             if pair.ref.lease_id in live:
                 live.discard(pair.ref.lease_id)
-                self._both(
-                    rule_name,
-                    f"release_suspended_restore({pair.ref!r})",
-                    _call_picked("release_suspended_restore", pair),
-                )
-        if self.snap_ref.scratch_reserved:
-            spec = self.config
-            res = [(slot, 0, 1 + slot % spec.hashes) for slot in sorted(snap.scratch_reserved)]
-            self._both(rule_name, f"cancel_midstep({res!r})", lambda x: x.coord.cancel_midstep(res))
-        for seq in self.seqs:
-            self._both(rule_name, f"forget_pending({seq!r})", _call_coord("forget_pending", seq))
+                leases.append(pair)
+        hashes = self.config.hashes
         pairs = {p.ref: p for p in self.op_pairs}
-        for op in sorted(self.snap_ref.offload_pins):
-            pair = pairs.get(op, Pair(op, op))
-            self._both(
-                rule_name,
-                f"settle_offload_store({op!r})",
-                _call_picked("settle_offload_store", pair),
-            )
-        for owner in sorted(self.snap_ref.transfers, key=repr):
-            self._both(
-                rule_name,
-                f"release_transfer_units({owner!r})",
-                _call_coord("release_transfer_units", owner),
-            )
-        for owner, units in self.kv:
-            self._both(
-                rule_name,
-                f"pool.release_units({units.ref}, {owner!r})",
-                _release_kv(units, owner),
-            )
-        self.kv.clear()
-        self._both(rule_name, "clear_index()", lambda x: x.coord.clear_index())
-        for _ in range(3):
-            self._both(rule_name, "take_checkpoint_ops()", lambda x: x.coord.take_checkpoint_ops())
-            self._both(
-                rule_name, "complete_previous_batch()", lambda x: x.coord.complete_previous_batch()
-            )
-        self._both(rule_name, "clear_index()", lambda x: x.coord.clear_index())
-        self._both(
-            rule_name, "complete_previous_batch()", lambda x: x.coord.complete_previous_batch()
+        calls = drain_calls(
+            leases=leases,
+            scratch=[(slot, 0, 1 + slot % hashes) for slot in sorted(snap.scratch_reserved)],
+            seqs=self.seqs,
+            ops=[pairs.get(op, Pair(op, op)) for op in sorted(snap.offload_pins)],
+            transfer_owners=sorted(snap.transfers, key=repr),
+            kv=[(units, owner) for owner, units in self.kv],
         )
+        self.kv.clear()
+        for name, args in calls:
+            shown = ", ".join(repr(a.ref if isinstance(a, Pair) else a) for a in args)
+            self._both(rule_name, f"{name}({shown})", _drain_call(name, args))
         self.calls_since_quiesce = 0
         self.calls_since_clear = 0
-        problems = _quiescence_problems(self.snap_sut)
+        problems = quiescence_problems(self.snap_sut)
         if problems:
             self._fail("quiescence", "after releasing everything: " + "; ".join(problems))
         for side in self.sides:
@@ -1423,30 +1399,12 @@ def _call_store(name: str, *args: Any) -> Callable[[_Side], Any]:
     return lambda x: getattr(x.store, name)(*args)
 
 
-def _quiescence_problems(s: Snapshot) -> list[str]:
-    out = []
-    if len(s.free) != s.num_units:
-        out.append(f"{s.num_units - len(s.free)} unit(s) still in use: {dict(s.tags)}")
-    if s.records:
-        out.append(f"records left: {dict(s.records)}")
-    if s.offload_pins:
-        out.append(f"offload pins left: {dict(s.offload_pins)}")
-    for name in (
-        "pending",
-        "index",
-        "queued_restores",
-        "inflight_restores",
-        "suspended",
-        "inflight_stores",
-        "pending_boundaries",
-        "scratch_queued",
-        "scratch_issued",
-        "scratch_reserved",
-        "transfers",
-    ):
-        if getattr(s, name):
-            out.append(f"{name} left: {getattr(s, name)!r}")
-    return out
+def _drain_call(name: str, args: tuple[Any, ...]) -> Callable[[_Side], Any]:
+    def call(x: _Side) -> Any:
+        mine = tuple(x.pick(a) if isinstance(a, Pair) else a for a in args)
+        return make_drain_call(x.coord, x.pool, name, mine)
+
+    return call
 
 
 # ---------------------------------------------------------------------------------------

@@ -10,6 +10,14 @@ tests written against this model run unchanged against :mod:`pagedstate.impl`.
 
 Every public call validates its arguments first and, on bad input, raises a specific
 :class:`~pagedstate.spec.errors.PagedStateError` with nothing changed.
+
+Guards and arithmetic use the spec's *reference formulations*, never the helpers the
+production store calls: a record's guard is read off the table (``guard_by_table``), an LRU
+victim is a record the table has an ``evict`` row for (``evictable_by_table``),
+``has_available_units`` walks the LRU (``units_available_by_walk``), ``changed_since``
+looks every generation up (``changed_since_by_scan``) and ``was_reclaimed`` reads G7 case
+by case (``reclaimed_by_cases``). ``make contracts`` compares each with its production
+counterpart under ``crosshair diffbehavior`` (:mod:`pagedstate.spec.guards`).
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from pagedstate.spec import tables as T
-from pagedstate.spec.changelog import changed_since as _changed_since
+from pagedstate.spec.changelog import changed_since_by_scan
 from pagedstate.spec.errors import (
     AmbiguousSuspendError,
     DuplicateUnitError,
@@ -36,12 +44,11 @@ from pagedstate.spec.errors import (
     WrongOwnerError,
 )
 from pagedstate.spec.guards import (
-    forfeit_untrusted,
-    index_guard,
-    is_evictable,
-    store_guard,
-    units_available,
-    unpin_guard,
+    UNDERFLOW_MESSAGE,
+    evictable_by_table,
+    guard_by_table,
+    reclaimed_by_cases,
+    units_available_by_walk,
 )
 from pagedstate.spec.sequences import sequence_slot
 from pagedstate.spec.snapshot import OffloadPinView, RecordView, Snapshot
@@ -455,7 +462,7 @@ class PageUnitCheckpointStore(_Stepper):
 
     def _is_evictable(self, cid: int, protected: int = -1) -> bool:
         rec = self.records.get(cid)
-        return rec is not None and is_evictable(rec.phase, rec.pin_count, cid == protected)
+        return rec is not None and evictable_by_table(rec.phase, rec.pin_count, cid == protected)
 
     def _next_victim(self, protected: int = -1) -> int:
         for cid in self._lru:
@@ -469,11 +476,10 @@ class PageUnitCheckpointStore(_Stepper):
         _need_int("count", count, 0)
         if protected_hash is not None:
             _need_int("protected_hash", protected_hash)
-        if count <= self.pool.num_free:
-            return True
         protected = self.lookup(protected_hash) if protected_hash is not None else -1
-        evictable = sum(1 for cid in self._lru if self._is_evictable(cid, protected))
-        return units_available(count, self.pool.num_free, evictable, self.units_per_checkpoint)
+        images = (self._is_evictable(cid, protected) for cid in self._lru)
+        upc = self.units_per_checkpoint
+        return units_available_by_walk(count, self.pool.num_free, images, upc)
 
     def restore_queued_for(self, dst_slot: int) -> bool:
         """Whether a queued restore will write ``dst_slot`` on the next batch."""
@@ -484,8 +490,7 @@ class PageUnitCheckpointStore(_Stepper):
         """Hashes whose READY state changed after ``generation``; ``None`` when unknown (the
         log does not reach back, or a clear happened). SPEC B.3 row 23, G6."""
         _need_int("generation", generation)
-        changed = _changed_since(self.generation, tuple(self._changes), generation)
-        return None if changed is None else set(changed)
+        return changed_since_by_scan(self.generation, tuple(self._changes), generation)
 
     def has_offload_pins(self) -> bool:
         """True from dispatch of an offload store or lease until its terminal report."""
@@ -498,7 +503,7 @@ class PageUnitCheckpointStore(_Stepper):
         """Whether ``op``'s source was taken back before it reported (G7: fails closed)."""
         if not isinstance(op, StateStoreOperationId):
             raise InvalidArgumentError(f"op must be a StateStoreOperationId, got {op!r}")
-        return forfeit_untrusted(
+        return reclaimed_by_cases(
             op in self._forfeited,
             op.generation,
             self._forfeit_watermark,
@@ -548,6 +553,11 @@ class PageUnitCheckpointStore(_Stepper):
             del self._pending_by_hash[rec.prefix_hash]
         self.pool.release_units(rec.unit_ids, (CHECKPOINT_OWNER, cid))
 
+    def _guarded_step(self, rec: _Record, event: str) -> Row:
+        """The record row ``event`` takes on ``rec``, its guard read off the table."""
+        guard = guard_by_table(rec.phase, event, rec.pin_count)
+        return self._step(T.RECORD, rec.phase, event, guard)
+
     def _pin(self, cid: int, kind: str) -> None:
         rec = self.records[cid]
         row = self._step(T.RECORD, rec.phase, f"pin_{kind}")
@@ -557,16 +567,14 @@ class PageUnitCheckpointStore(_Stepper):
         rec = self.records.get(cid)
         if rec is None:
             return
-        try:
-            guard = unpin_guard(rec.phase, rec.pin_count)
-        except PinUnderflowError as exc:
-            raise PinUnderflowError(f"checkpoint {cid} {kind} {exc}") from None
-        row = self._step(T.RECORD, rec.phase, f"unpin_{kind}", guard)
+        if rec.pin_count <= 0:
+            raise PinUnderflowError(f"checkpoint {cid} {kind} {UNDERFLOW_MESSAGE}")
+        row = self._guarded_step(rec, f"unpin_{kind}")
         self._apply(cid, rec, row)
 
     def _evict(self, cid: int) -> None:
         rec = self.records[cid]
-        row = self._step(T.RECORD, rec.phase, "evict", store_guard(rec.pin_count))
+        row = self._guarded_step(rec, "evict")
         self._apply(cid, rec, row)
         self.evictions += 1
 
@@ -630,8 +638,7 @@ class PageUnitCheckpointStore(_Stepper):
             if rec is None:
                 continue
             if rec.phase == T.EVICTING:
-                guard = store_guard(rec.pin_count)
-                self._apply(cid, rec, self._step(T.RECORD, T.EVICTING, "publish", guard))
+                self._apply(cid, rec, self._guarded_step(rec, "publish"))
             elif rec.phase != T.COPYING:
                 continue
             elif self.lookup(rec.prefix_hash) >= 0:
@@ -780,8 +787,7 @@ class PageUnitCheckpointStore(_Stepper):
         rec = self.records.get(cid)
         if rec is None:
             return False
-        guard = index_guard(rec.phase, rec.pin_count)
-        self._apply(cid, rec, self._step(T.RECORD, rec.phase, "unindex", guard))
+        self._apply(cid, rec, self._guarded_step(rec, "unindex"))
         return True
 
     def clear(self) -> None:
@@ -791,8 +797,7 @@ class PageUnitCheckpointStore(_Stepper):
         was not empty (G6)."""
         plan = []
         for cid, rec in self.records.items():
-            guard = index_guard(rec.phase, rec.pin_count)
-            plan.append((cid, rec, self._step(T.RECORD, rec.phase, "clear", guard)))
+            plan.append((cid, rec, self._guarded_step(rec, "clear")))
         had_ready = bool(self.hash_to_checkpoint)
         for _cid, rec, row in plan:
             rec.phase = row.next

@@ -17,7 +17,7 @@ duplicated and late reports and second uses are exercised without growing the st
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 import attrs
@@ -34,7 +34,17 @@ from pagedstate.spec.types import (
 
 from .reference import PagedStateCheckpointCoordinator, SlotPool, UnitPool
 
-__all__ = ["Config", "World", "Seq", "ManualClock", "Action", "KV_OWNER"]
+__all__ = [
+    "Config",
+    "World",
+    "Seq",
+    "ManualClock",
+    "Action",
+    "KV_OWNER",
+    "drain_calls",
+    "make_drain_call",
+    "quiescence_problems",
+]
 
 #: First element of the owner tag of units other tenants (live KV) hold.
 KV_OWNER = "live-kv"
@@ -506,66 +516,95 @@ class World:
         return out
 
     def drain_problems(self) -> list[str]:
-        """Drive a copy of this world to quiescence and report what did not come back.
-
-        The drain releases every lease, scratch reservation, pending boundary and KV unit,
-        settles every offload report, releases every transfer, clears the index and
-        completes two batches. Afterwards every unit must be free and nothing pinned,
-        pending, queued or in flight (no leak, no stuck pin).
-        """
+        """Drive a copy of this world to quiescence (:func:`drain_calls`) and report what
+        did not come back (:func:`quiescence_problems`): afterwards every unit must be free
+        and nothing pinned, pending, queued or in flight (no leak, no stuck pin)."""
         w = self.clone()
-        c = w.coord
+        calls = drain_calls(
+            leases=w.leases,
+            scratch=w.scratch_res,
+            seqs=w.seqs,
+            ops=w.ops,
+            transfer_owners=w.owners,
+            kv=[(units, (KV_OWNER, k)) for k, units in w.kv_held.items()],
+        )
         try:
-            for lease in list(w.leases):
-                c.release_suspended_restore(lease)
-            w.leases.clear()
-            if w.scratch_res:
-                c.cancel_midstep(list(w.scratch_res))
-                w.scratch_res.clear()
-            for sq in w.seqs:
-                c.forget_pending(sq)
-            for op in list(w.ops):
-                c.settle_offload_store(op)
-            w.ops.clear()
-            w.lease_ops = frozenset()
-            for owner in list(w.owners):
-                c.release_transfer_units(owner)
-            w.owners.clear()
-            for k, units in list(w.kv_held.items()):
-                w.pool.release_units(units, (KV_OWNER, k))
-            w.kv_held.clear()
-            c.clear_index()
-            for _ in range(3):
-                c.take_checkpoint_ops()
-                c.complete_previous_batch()
-            c.clear_index()
-            c.complete_previous_batch()
+            for name, args in calls:
+                make_drain_call(w.coord, w.pool, name, args)
         except PagedStateError as exc:
             return [f"the drain raised {type(exc).__name__}: {exc}"]
-        s: Snapshot = c.snapshot()
-        out = []
-        if len(s.free) != s.num_units:
-            out.append(f"drain left {s.num_units - len(s.free)} unit(s) in use: {dict(s.tags)}")
-        if s.records:
-            out.append(f"drain left records {dict(s.records)}")
-        if s.offload_pins:
-            out.append(f"drain left offload pins {dict(s.offload_pins)}")
-        for name in (
-            "pending",
-            "index",
-            "queued_restores",
-            "inflight_restores",
-            "suspended",
-            "inflight_stores",
-            "pending_boundaries",
-            "scratch_queued",
-            "scratch_issued",
-            "scratch_reserved",
-            "transfers",
-        ):
-            if getattr(s, name):
-                out.append(f"drain left {name}: {getattr(s, name)!r}")
-        return out
+        return quiescence_problems(w.coord.snapshot())
+
+
+# ---------------------------------------------------------------------------------------
+# The drain to quiescence, shared with the conformance kit's ``quiesce`` rule
+# ---------------------------------------------------------------------------------------
+
+
+def drain_calls(
+    *,
+    leases: Iterable[Any],
+    scratch: Iterable[Any],
+    seqs: Iterable[Any],
+    ops: Iterable[Any],
+    transfer_owners: Iterable[Hashable],
+    kv: Iterable[tuple[Any, Hashable]],
+) -> list[Action]:
+    """The calls that drive a coordinator to quiescence, in order, as ``(name, args)``
+    (``name`` a coordinator method, or ``pool.<method>``): release every suspended-restore
+    lease, cancel the midstep scratch reservations, forget every pending boundary, settle
+    every offload operation, release every transfer reservation and the engine's KV units
+    (``kv``: ``(units, owner)``), clear the index and complete batches until nothing is in
+    flight. Arguments are passed through as given (the conformance kit passes a pair of
+    handles, one per store)."""
+    calls: list[Action] = [("release_suspended_restore", (lease,)) for lease in leases]
+    reservations = list(scratch)
+    if reservations:
+        calls.append(("cancel_midstep", (reservations,)))
+    calls += [("forget_pending", (seq,)) for seq in seqs]
+    calls += [("settle_offload_store", (op,)) for op in ops]
+    calls += [("release_transfer_units", (owner,)) for owner in transfer_owners]
+    calls += [("pool.release_units", (units, owner)) for units, owner in kv]
+    calls.append(("clear_index", ()))
+    calls += [("take_checkpoint_ops", ()), ("complete_previous_batch", ())] * 3
+    calls += [("clear_index", ()), ("complete_previous_batch", ())]
+    return calls
+
+
+def make_drain_call(coord: Any, pool: Any, name: str, args: tuple[Any, ...]) -> Any:
+    """Make one call of :func:`drain_calls` on ``coord`` (or its ``pool``)."""
+    if name.startswith("pool."):
+        return getattr(pool, name[5:])(*args)
+    return getattr(coord, name)(*args)
+
+
+def quiescence_problems(s: Snapshot) -> list[str]:
+    """What a drain left behind, read off the snapshot taken after it: units in use,
+    records, offload pins, and anything pending, indexed, queued, in flight, suspended,
+    reserved or transferred."""
+    out = []
+    if len(s.free) != s.num_units:
+        out.append(f"drain left {s.num_units - len(s.free)} unit(s) in use: {dict(s.tags)}")
+    if s.records:
+        out.append(f"drain left records {dict(s.records)}")
+    if s.offload_pins:
+        out.append(f"drain left offload pins {dict(s.offload_pins)}")
+    for name in (
+        "pending",
+        "index",
+        "queued_restores",
+        "inflight_restores",
+        "suspended",
+        "inflight_stores",
+        "pending_boundaries",
+        "scratch_queued",
+        "scratch_issued",
+        "scratch_reserved",
+        "transfers",
+    ):
+        if getattr(s, name):
+            out.append(f"drain left {name}: {getattr(s, name)!r}")
+    return out
 
 
 def _key(w: World) -> tuple[Any, ...]:

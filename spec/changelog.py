@@ -6,19 +6,26 @@ that changed every hash at once. ``changed_since(since)`` answers with the hashe
 READY state changed after ``since``, or ``None`` when that cannot be known: the log no
 longer reaches back to ``since + 1``, or a clear happened after ``since``.
 
-:func:`changed_since` is the closed form the reference model calls (and a production store
-can); :func:`changed_since_by_scan`
-is a deliberately literal reference formulation (look up every generation after ``since``
-one by one), and the ``diff_changes_*`` pair wraps both in one domain guard for
-``crosshair diffbehavior``. ``make contracts`` checks the ``pre:``/``post:`` lines below.
+:func:`changed_since` is what the production store (``impl/store.py``) calls, on its bounded
+deque, with no copy: it reads the log backwards from the newest bump and stops at
+``since``, so it costs the number of changes it reports. :func:`changed_since_by_scan` is
+the deliberately literal formulation the reference model calls (look up every generation
+after ``since`` one by one). ``make contracts`` checks the ``pre:``/``post:`` lines below
+with ``crosshair check``, and ``crosshair diffbehavior`` compares the two stores' helpers
+through the ``diff_changes_*`` pair, which wraps both in one domain guard (diffbehavior
+ignores ``pre:`` lines).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 __all__ = ["ChangeLog", "changed_since", "changed_since_by_scan", "log_is_well_formed"]
 
 #: ``(generation, prefix_hash)`` bumps, oldest first; ``None`` is a clear.
 ChangeLog = tuple[tuple[int, int | None], ...]
+#: A change log as a store keeps it (the production store: a bounded deque).
+ChangeLogView = Sequence[tuple[int, int | None]]
 
 
 def log_is_well_formed(generation: int, log: ChangeLog) -> bool:
@@ -39,9 +46,11 @@ def _increasing(log: ChangeLog) -> bool:
     return all(a[0] < b[0] for a, b in zip(log, log[1:], strict=False))
 
 
-def changed_since(generation: int, log: ChangeLog, since: int) -> frozenset[int] | None:
+def changed_since(generation: int, log: ChangeLogView, since: int) -> set[int] | None:
     """Hashes whose READY state changed after generation ``since``, given the store's
-    ``generation`` and its change ``log``; ``None`` when unknown (SPEC B.3 row 23, G6).
+    ``generation`` and its change ``log``; ``None`` when unknown (SPEC B.3 row 23, G6). The
+    production store's ``changed_since``: O(1 + changes after ``since``), reading ``log``
+    (any sequence: the store passes its deque) backwards from the newest bump.
 
     ``since >= generation`` answers the empty set (nothing happened after it). Otherwise
     the log must reach back to ``since + 1`` (its oldest bump at or before it) and hold no
@@ -54,37 +63,38 @@ def changed_since(generation: int, log: ChangeLog, since: int) -> frozenset[int]
     post: _ is None or _ == frozenset(h for g, h in log if g > since and h is not None)
     """
     if since >= generation:
-        return frozenset()
+        return set()
     if not log or log[0][0] > since + 1:
         return None
     out: set[int] = set()
-    for gen, h in log:
+    for gen, h in reversed(log):
         if gen <= since:
-            continue
+            break
         if h is None:
             return None
         out.add(h)
-    return frozenset(out)
+    return out
 
 
-def _not_reaching(log: ChangeLog, since: int) -> bool:
+def _not_reaching(log: ChangeLogView, since: int) -> bool:
     """The log does not reach back to ``since + 1``."""
     return not log or log[0][0] > since + 1
 
 
-def _cleared(log: ChangeLog, since: int) -> bool:
+def _cleared(log: ChangeLogView, since: int) -> bool:
     """A clear happened after ``since``."""
     return any(h is None for g, h in log if g > since)
 
 
-def changed_since_by_scan(generation: int, log: ChangeLog, since: int) -> frozenset[int] | None:
-    """Reference formulation of :func:`changed_since` for a log with one bump per
-    generation: look up each generation ``since + 1 .. generation`` in the log; a missing
-    one (fell off the bounded log) or a clear makes the answer unknown. Bounded: more
-    generations to cover than log entries cannot all be found, so that is unknown at once.
+def changed_since_by_scan(generation: int, log: ChangeLog, since: int) -> set[int] | None:
+    """Reference formulation of :func:`changed_since`, the one the reference model calls,
+    for a log with one bump per generation: look up each generation ``since + 1 ..
+    generation`` in the log; a missing one (fell off the bounded log) or a clear makes the
+    answer unknown. Bounded: more generations to cover than log entries cannot all be
+    found, so that is unknown at once.
     """
     if since >= generation:
-        return frozenset()
+        return set()
     if generation - since > len(log):
         return None
     by_gen = dict(log)
@@ -96,7 +106,7 @@ def changed_since_by_scan(generation: int, log: ChangeLog, since: int) -> frozen
         if h is None:
             return None
         out.add(h)
-    return frozenset(out)
+    return out
 
 
 def _consecutive_domain(generation: int, log: ChangeLog) -> bool:
@@ -115,15 +125,17 @@ def _consecutive_domain(generation: int, log: ChangeLog) -> bool:
     return all(b[0] == a[0] + 1 for a, b in zip(log, log[1:], strict=False))
 
 
-def diff_changes_by_scan(generation: int, log: ChangeLog, since: int) -> frozenset[int] | None:
-    """diffbehavior pair, reference side (``None`` outside the domain too)."""
+def diff_changes_by_scan(generation: int, log: ChangeLog, since: int) -> set[int] | None:
+    """``changed_since`` pair, reference side: :func:`changed_since_by_scan` (``None``
+    outside the domain too)."""
     if not _consecutive_domain(generation, log):
         return None
     return changed_since_by_scan(generation, log, since)
 
 
-def diff_changes_closed(generation: int, log: ChangeLog, since: int) -> frozenset[int] | None:
-    """diffbehavior pair, closed side (``None`` outside the domain too)."""
+def diff_changes_closed(generation: int, log: ChangeLog, since: int) -> set[int] | None:
+    """``changed_since`` pair, production side: :func:`changed_since`, as the production
+    store calls it (``None`` outside the domain too)."""
     if not _consecutive_domain(generation, log):
         return None
     return changed_since(generation, log, since)

@@ -1,10 +1,16 @@
 """Symbolic contracts of the spec's pure functions (``make contracts``), and proof that the
-checks bite.
+checks bite and hold the code the stores run.
 
-Two parts:
+Three parts:
 
 - Plain unit tests of :mod:`pagedstate.spec.guards`, :mod:`pagedstate.spec.changelog`,
-  ``spec_violation`` and :meth:`Table.step` (exhaustive where the domain is finite).
+  ``spec_violation`` and :meth:`Table.step` (exhaustive where the domain is finite), and a
+  test that the production store computes its guards and arithmetic through the helpers
+  the pairs hold on their production side, and the reference model through those on their
+  reference side.
+- One CrossHair run per test, not slow (seconds each): an off-by-one planted in the
+  production side of each ``diffbehavior`` pair of the Makefile is reported by that pair,
+  and one is reported by ``crosshair check``.
 - CrossHair runs (marked slow): the real modules pass ``crosshair check`` and every
   ``diffbehavior`` pair agrees, at the effort bounds the Makefile's ``contracts`` target
   uses (read from the Makefile, so the two cannot drift); and each planted bug, written
@@ -30,6 +36,10 @@ from pathlib import Path
 import attrs
 import pytest
 
+import pagedstate.impl.store as production
+import pagedstate.models.reference as reference
+import pagedstate.spec.changelog as changelog_module
+import pagedstate.spec.guards as guards_module
 from pagedstate.spec import TABLES, BadSpecError, PagedStateCheckpointSpec
 from pagedstate.spec.changelog import (
     ChangeLog,
@@ -44,14 +54,20 @@ from pagedstate.spec.guards import (
     GUARD_LABELS,
     UNDERFLOW_MESSAGE,
     check_record_step,
+    diff_evictable_by_table,
+    diff_evictable_computed,
     diff_guard_by_table,
     diff_guard_computed,
+    diff_reclaimed_by_cases,
+    diff_reclaimed_computed,
     diff_units_by_walk,
     diff_units_closed,
+    evictable_by_table,
     forfeit_untrusted,
     guard_by_table,
     index_guard,
     is_evictable,
+    reclaimed_by_cases,
     record_guard,
     record_step,
     store_guard,
@@ -97,17 +113,25 @@ def test_unpin_guard() -> None:
 
 
 def test_record_guard_picks_the_row_the_table_picks() -> None:
-    """Every (phase, event) of the record table, pin counts 0-4: the computed guard names a
-    row exactly when the table's own reading does, and the same one."""
+    """Every (phase, event) of the record table, pin counts 0-4: the production guard names
+    a row exactly when the reference's reading of the table does, and the same one; where
+    the table has rows for (phase, event) but none applies, both name the same missing
+    guard (so both stores raise the same IllegalTransitionError)."""
     for phase, event, pins in itertools.product(PHASES, EVENTS, range(5)):
         if event in UNPINS and pins == 0:
             with pytest.raises(PinUnderflowError):
                 record_guard(phase, event, pins)
             continue
         guard = record_guard(phase, event, pins)
-        assert guard in GUARD_LABELS
+        by_table = guard_by_table(phase, event, pins)
+        assert guard in GUARD_LABELS and by_table in GUARD_LABELS
         chosen = guard if RECORD.has(phase, event, guard) else None
-        assert chosen == guard_by_table(phase, event, pins), (phase, event, pins)
+        read = by_table if RECORD.has(phase, event, by_table) else None
+        assert chosen == read, (phase, event, pins)
+        if any(r.key[:2] == (phase, event) for r in RECORD.rows):
+            assert guard == by_table, (phase, event, pins)
+        else:
+            assert by_table == NO_GUARD
 
 
 def test_every_guarded_record_row_is_chosen_for_some_pin_count() -> None:
@@ -127,7 +151,10 @@ def test_record_step_safety_rules_exhaustively() -> None:
                 check_record_step(p, e, pins)
             continue
         row = check_record_step(p, e, pins)
-        assert (None if row is None else row.guard) == guard_by_table(PHASES[p], EVENTS[e], pins)
+        read = guard_by_table(PHASES[p], EVENTS[e], pins)
+        assert (None if row is None else row.guard) == (
+            read if RECORD.has(PHASES[p], EVENTS[e], read) else None
+        )
         if row is None:
             with pytest.raises(IllegalTransitionError):
                 record_step(PHASES[p], EVENTS[e], pins)
@@ -164,6 +191,16 @@ def test_is_evictable() -> None:
             assert not is_evictable(phase, 0, False)
 
 
+def test_is_evictable_equals_the_tables_reading() -> None:
+    for p, pins, protected in itertools.product(range(len(PHASES)), range(4), (False, True)):
+        expected = evictable_by_table(PHASES[p], pins, protected)
+        assert is_evictable(PHASES[p], pins, protected) == expected
+        assert diff_evictable_by_table(p, pins, protected) == expected
+        assert diff_evictable_computed(p, pins, protected) == expected
+    assert diff_evictable_by_table(-1, 0, False) is None
+    assert diff_evictable_computed(0, -1, False) is None
+
+
 def test_units_available_equals_the_walk() -> None:
     for count, free, upc in itertools.product(range(9), range(4), range(1, 4)):
         for n in range(5):
@@ -182,11 +219,85 @@ def test_forfeit_untrusted() -> None:
     ):
         expected = forfeited or (gen <= mark and not live)
         assert forfeit_untrusted(forfeited, gen, mark, live) == expected
+        assert reclaimed_by_cases(forfeited, gen, mark, live) == expected
+        if gen >= 1:
+            assert diff_reclaimed_by_cases(forfeited, gen, mark, live) == expected
+            assert diff_reclaimed_computed(forfeited, gen, mark, live) == expected
+    assert diff_reclaimed_by_cases(True, 0, 0, False) is None
+    assert diff_reclaimed_computed(True, 1, -1, False) is None
 
 
 def test_guard_pair_agrees_on_its_domain() -> None:
     for p, e, pins in itertools.product(range(-1, len(PHASES) + 1), range(-1, 12), range(-1, 4)):
         assert diff_guard_by_table(p, e, pins) == diff_guard_computed(p, e, pins)
+
+
+# ---------------------------------------------------------------------------------------
+# The stores compute through the helpers the pairs hold
+# ---------------------------------------------------------------------------------------
+
+#: ``(module, name the module calls, spec helper)``: the production side of every pair
+#: (impl/store.py) and the reference side (models/reference.py).
+STORE_HELPERS = [
+    (production, "store_guard", guards_module.store_guard),
+    (production, "index_guard", guards_module.index_guard),
+    (production, "unpin_guard", guards_module.unpin_guard),
+    (production, "is_evictable", guards_module.is_evictable),
+    (production, "units_available", guards_module.units_available),
+    (production, "forfeit_untrusted", guards_module.forfeit_untrusted),
+    (production, "_changed_since", changelog_module.changed_since),
+    (reference, "guard_by_table", guards_module.guard_by_table),
+    (reference, "evictable_by_table", guards_module.evictable_by_table),
+    (reference, "units_available_by_walk", guards_module.units_available_by_walk),
+    (reference, "reclaimed_by_cases", guards_module.reclaimed_by_cases),
+    (reference, "changed_since_by_scan", changelog_module.changed_since_by_scan),
+]
+
+
+def _drive(store: production.PageUnitCheckpointStore | reference.PageUnitCheckpointStore) -> None:
+    """Every guarded record step, an eviction, availability, changes and reclaim queries."""
+    for h in (1, 2, 3):  # the pool of 9 units is full
+        assert store.begin_store(h, 0) is not None
+        store.complete_inflight()
+    assert store.has_available_units(6, 1)
+    assert store.begin_restore(1, 1) is not None
+    store.take_restore_ops()
+    assert store.unindex(1)  # READY, pinned: EVICTING
+    store.complete_inflight()  # its last pin: released
+    assert store.begin_store(4, 0) is not None
+    assert store.unindex(4)  # COPYING: EVICTING
+    assert store.begin_store(5, 0) is not None  # evicts 2, the LRU victim
+    store.complete_inflight()  # 4: EVICTING publish, released
+    assert store.changed_since(0) == {1, 2, 3, 5}
+    assert store.changed_since(store.generation - 1) == {5}
+    (op, _units), *_ = store.take_offload_stores(4)
+    assert not store.was_reclaimed(op)
+    store.clear()
+    assert store.changed_since(0) is None
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "helper"),
+    STORE_HELPERS,
+    ids=[f"{m.__name__.rsplit('.', 1)[1]}.{n}" for m, n, _h in STORE_HELPERS],
+)
+def test_the_stores_compute_through_the_checked_helpers(
+    monkeypatch: pytest.MonkeyPatch, module: object, name: str, helper: object
+) -> None:
+    """What the CrossHair pairs compare is what the stores run: each store module binds the
+    spec helper itself, and calls it (a counting spy in its place sees calls)."""
+    assert getattr(module, name) is helper
+    calls = []
+
+    def spy(*args: object) -> object:
+        calls.append(args)
+        return helper(*args)  # type: ignore[operator]
+
+    monkeypatch.setattr(module, name, spy)
+    store_cls = module.PageUnitCheckpointStore  # type: ignore[attr-defined]
+    pool_cls = module.UnitPool  # type: ignore[attr-defined]
+    _drive(store_cls(pool_cls(9), PagedStateCheckpointSpec(10, 25, "v", 25), offload_sink=True))
+    assert calls, f"{module.__name__}.{name} was not called"  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------------------------------
@@ -344,6 +455,16 @@ def _dif(pair: str) -> tuple[str, ...]:
     return {
         "units": ("diff", "spec.guards.diff_units_by_walk", "spec.guards.diff_units_closed"),
         "guards": ("diff", "spec.guards.diff_guard_by_table", "spec.guards.diff_guard_computed"),
+        "evictable": (
+            "diff",
+            "spec.guards.diff_evictable_by_table",
+            "spec.guards.diff_evictable_computed",
+        ),
+        "reclaimed": (
+            "diff",
+            "spec.guards.diff_reclaimed_by_cases",
+            "spec.guards.diff_reclaimed_computed",
+        ),
         "changes": (
             "diff",
             "spec.changelog.diff_changes_by_scan",
@@ -358,14 +479,14 @@ PLANTS = [
         "guards.py",
         'return "pinned" if pin_count > 0 else "unpinned"',
         'return "pinned" if pin_count > 1 else "unpinned"',
-        (_chk("spec.guards.store_guard"),),
+        (_chk("spec.guards.store_guard"), _dif("guards")),
     ),
     Plant(
         "unpin_guard_last_off_by_one",
         "guards.py",
         'return "last" if pin_count == 1 else "more"',
         'return "last" if pin_count <= 2 else "more"',
-        (_chk("spec.guards.unpin_guard"),),
+        (_chk("spec.guards.unpin_guard"), _dif("guards")),
     ),
     Plant(
         "unpin_guard_no_underflow_check",
@@ -396,7 +517,7 @@ PLANTS = [
         "guards.py",
         "return not is_protected and phase == READY and pin_count == 0",
         "return not is_protected and phase == READY",
-        (_chk("spec.guards.is_evictable"),),
+        (_chk("spec.guards.is_evictable"), _dif("evictable")),
     ),
     Plant(
         "units_available_off_by_one",
@@ -417,7 +538,7 @@ PLANTS = [
         "guards.py",
         "return in_forfeited or (generation <= watermark and not live)",
         "return in_forfeited or (generation < watermark and not live)",
-        (_chk("spec.guards.forfeit_untrusted"),),
+        (_chk("spec.guards.forfeit_untrusted"), _dif("reclaimed")),
     ),
     Plant(
         # G11 / C.11: a row that frees the units while a pin is left.
@@ -437,8 +558,8 @@ PLANTS = [
     Plant(
         "changed_since_forgets_clears",
         "changelog.py",
-        "continue\n        if h is None:\n            return None\n        out.add(h)",
-        "continue\n        if h is not None:\n            out.add(h)",
+        "break\n        if h is None:\n            return None\n        out.add(h)",
+        "break\n        if h is not None:\n            out.add(h)",
         (_chk("spec.changelog.changed_since"), _dif("changes")),
     ),
     Plant(
@@ -468,6 +589,55 @@ PLANTS = [
         "return -(-image_bytes // page_unit_bytes)",
         "return image_bytes // page_unit_bytes + 1",
         (_chk("spec.types.units_for"),),
+    ),
+]
+
+
+#: One off-by-one per diffbehavior pair of the Makefile, planted in the helper the
+#: production store calls (the pair's production side), plus one that ``crosshair check``
+#: must report from the helper's own contract. Each is one CrossHair run of a few seconds.
+PRODUCTION_OFF_BY_ONE = [
+    Plant(
+        "changed_since_reads_one_bump_too_far_back",
+        "changelog.py",
+        "        if gen <= since:\n            break",
+        "        if gen < since:\n            break",
+        (_dif("changes"),),
+    ),
+    Plant(
+        "units_available_needs_one_unit_more",
+        "guards.py",
+        "return count <= num_free + evictable_images * units_per_checkpoint",
+        "return count < num_free + evictable_images * units_per_checkpoint",
+        (_dif("units"),),
+    ),
+    Plant(
+        "unpin_guard_last_at_two_pins",
+        "guards.py",
+        'return "last" if pin_count == 1 else "more"',
+        'return "last" if pin_count == 2 else "more"',
+        (_dif("guards"),),
+    ),
+    Plant(
+        "is_evictable_with_one_pin",
+        "guards.py",
+        "return not is_protected and phase == READY and pin_count == 0",
+        "return not is_protected and phase == READY and pin_count <= 1",
+        (_dif("evictable"),),
+    ),
+    Plant(
+        "forfeit_untrusted_watermark_exclusive",
+        "guards.py",
+        "return in_forfeited or (generation <= watermark and not live)",
+        "return in_forfeited or (generation < watermark and not live)",
+        (_dif("reclaimed"),),
+    ),
+    Plant(
+        "units_available_needs_one_unit_more_check",
+        "guards.py",
+        "return count <= num_free + evictable_images * units_per_checkpoint",
+        "return count < num_free + evictable_images * units_per_checkpoint",
+        (_chk("spec.guards.units_available"),),
     ),
 ]
 
@@ -525,11 +695,33 @@ def crosshair_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
             f.cancel()
 
 
+def test_every_pair_has_a_production_off_by_one() -> None:
+    pairs = {run[1:] for plant in PRODUCTION_OFF_BY_ONE for run in plant.caught_by}
+    assert set(DIFF_PAIRS) <= pairs
+    assert any(run[0] == "check" for p in PRODUCTION_OFF_BY_ONE for run in p.caught_by)
+
+
+@pytest.mark.parametrize("plant", PRODUCTION_OFF_BY_ONE, ids=lambda p: p.name)
+def test_off_by_one_in_a_production_helper_is_reported(plant: Plant, tmp_path: Path) -> None:
+    """The planted copy of ``spec/`` is the code the production store would run; CrossHair,
+    at the Makefile's bound, reports the difference from the reference's helper (or the
+    broken contract) with a counterexample."""
+    where = _plant(plant, tmp_path)
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    for run in plant.caught_by:
+        result = subprocess.run(
+            _command(run), cwd=where, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert _reported(run, result), (
+            f"{' '.join(run)} did not report {plant.name}:\n{result.stdout}{result.stderr}"
+        )
+
+
 def test_makefile_bounds_are_explicit() -> None:
     assert 50 <= EFFORT <= 200
     assert 50 <= DIFF_EFFORT <= 200
     assert {"spec.guards", "spec.changelog", "spec.types"} <= set(CHECK_TARGETS)
-    assert len(DIFF_PAIRS) >= 2
+    assert len(DIFF_PAIRS) >= 5
     assert re.search(r"^check-only:.*(?:\n\t.*)*\n\t.*\bcontracts\b", _makefile(), re.MULTILINE)
 
 
