@@ -26,8 +26,11 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from pagedstate.spec import tables as T
-from pagedstate.spec.errors import InvalidArgumentError, UnknownOperationError
-from pagedstate.spec.sequences import sequence_slot
+from pagedstate.spec.errors import (
+    InvalidArgumentError,
+    UnknownOperationError,
+)
+from pagedstate.spec.sequences import need_sequence, sequence_slot
 from pagedstate.spec.snapshot import Snapshot
 from pagedstate.spec.types import (
     TRANSFER_OWNER,
@@ -40,7 +43,7 @@ from pagedstate.spec.types import (
     SuspendedCheckpointRestore,
 )
 
-from ._args import is_int, need_int
+from ._args import is_int, need_hashable, need_int
 from .pool import UnitPool
 from .store import (
     DEFAULT_CHANGE_LOG_SIZE,
@@ -49,12 +52,19 @@ from .store import (
     PageUnitCheckpointStore,
     RowSink,
     TransitionHook,
+    _as_store,
     _deferring,
 )
 
 __all__ = ["PagedStateCheckpointCoordinator"]
 
 _PendingKey = tuple[int, int]
+
+
+def _need_transfer_owner(owner: Hashable) -> None:
+    if owner is None:
+        raise InvalidArgumentError("a transfer reservation needs an owner, got None")
+    need_hashable("owner", owner)
 
 
 class PagedStateCheckpointCoordinator:
@@ -167,7 +177,13 @@ class PagedStateCheckpointCoordinator:
         return self.store.pool
 
     def applies(self, seq: SequenceLike) -> bool:
-        """Whether checkpoints apply to ``seq`` at all. O(1)."""
+        """Whether checkpoints apply to ``seq`` at all. O(1).
+
+        Raises:
+            InvalidArgumentError: ``seq`` is not a sequence (an int ``state_slot`` and a
+                ``has_per_req_cache``), as for every call taking one.
+        """
+        need_sequence(seq)
         return self.enabled and bool(seq.has_per_req_cache)
 
     def _took(self, table: T.Table, row: T.Row, subject: object) -> None:
@@ -180,9 +196,14 @@ class PagedStateCheckpointCoordinator:
         (``checkpoint_copy_ops_per_batch(max_num_seqs)``). O(1).
 
         Raises:
-            InvalidArgumentError: ``max_ops_per_batch`` is not a non-negative int.
+            InvalidArgumentError: ``max_ops_per_batch`` is not a non-negative int, or
+                ``slot_pool`` lacks ``has_free``, ``pop`` or ``release``.
         """
         need_int("max_ops_per_batch", max_ops_per_batch, 0)
+        if not isinstance(slot_pool, ScratchSlotPool):
+            raise InvalidArgumentError(
+                f"slot_pool must offer has_free, pop and release, got {slot_pool!r}"
+            )
         self._scratch = slot_pool
         self._max_ops_per_batch = max_ops_per_batch
 
@@ -194,13 +215,21 @@ class PagedStateCheckpointCoordinator:
         free slot. Hashes already queued, READY or pending are skipped. O(len(positions)).
 
         Raises:
-            InvalidArgumentError: a position is not an ``(int, int)`` pair.
+            InvalidArgumentError: ``positions`` is not a list or tuple of ``(int, int)``
+                pairs, or ``seq`` is not a sequence.
         """
+        if not isinstance(positions, (list, tuple)):
+            raise InvalidArgumentError(
+                f"positions must be a list or tuple of (int, int) pairs, got {positions!r}"
+            )
         for item in positions:
             if not (isinstance(item, tuple) and len(item) == 2 and all(map(is_int, item))):
                 raise InvalidArgumentError(f"positions must be (int, int) pairs, got {item!r}")
+        need_sequence(seq)
         scratch = self._scratch
-        if not (self.readable_midstep and self.applies(seq)) or scratch is None:
+        if not (self.readable_midstep and self.enabled and seq.has_per_req_cache):
+            return []
+        if scratch is None:
             return []
         queued = self._scratch_by_hash
         store = self.store
@@ -219,10 +248,14 @@ class PagedStateCheckpointCoordinator:
         return out
 
     def _need_reservations(self, reservations: list[tuple[int, int, int]]) -> None:
+        if not isinstance(reservations, (list, tuple)):
+            raise InvalidArgumentError(
+                f"reservations must be a list or tuple of (slot, pos, h), got {reservations!r}"
+            )
         slots = []
         for r in reservations:
-            if not (isinstance(r, tuple) and len(r) == 3):
-                raise InvalidArgumentError(f"a reservation is (slot, pos, h), got {r!r}")
+            if not (isinstance(r, tuple) and len(r) == 3 and all(map(is_int, r))):
+                raise InvalidArgumentError(f"a reservation is (slot, pos, h) of ints, got {r!r}")
             slots.append(r[0])
         if len(set(slots)) != len(slots) or not set(slots) <= self._scratch_reserved:
             raise UnknownOperationError(
@@ -234,7 +267,7 @@ class PagedStateCheckpointCoordinator:
         O(len(reservations)).
 
         Raises:
-            InvalidArgumentError: a reservation is not a ``(slot, pos, h)`` triple.
+            InvalidArgumentError: not a list or tuple of ``(slot, pos, h)`` int triples.
             UnknownOperationError: a slot is not an outstanding reservation, or repeats.
         """
         del seq
@@ -311,13 +344,23 @@ class PagedStateCheckpointCoordinator:
         lookup per block scanned, newest first.
 
         Raises:
-            InvalidArgumentError: ``hit`` negative or beyond ``len(block_hashes)``.
+            InvalidArgumentError: ``hit`` negative or beyond ``len(block_hashes)``;
+                ``block_hashes`` not a list or tuple, or one of its first ``hit`` entries
+                not an int; ``seq`` not a sequence.
         """
         if type(hit) is not int or hit < 0:
             need_int("hit", hit, 0)
+        if not isinstance(block_hashes, (list, tuple)):
+            raise InvalidArgumentError(
+                f"block_hashes must be a list or tuple of ints, got {type(block_hashes)!r}"
+            )
         if hit > len(block_hashes):
             raise InvalidArgumentError(f"hit {hit} exceeds the {len(block_hashes)} block hashes")
-        if not self.applies(seq):
+        for h in block_hashes[:hit]:
+            if type(h) is not int and not is_int(h):
+                raise InvalidArgumentError(f"a block hash must be an int, got {h!r}")
+        need_sequence(seq)
+        if not (self.enabled and seq.has_per_req_cache):
             return hit
         for i in range(hit - 1, -1, -1):
             if assume_checkpointed or self._reachable(block_hashes[i]):
@@ -348,13 +391,14 @@ class PagedStateCheckpointCoordinator:
         (G1). Ignored when checkpoints do not apply or ``seq.state_slot < 0``. O(1).
 
         Raises:
-            InvalidArgumentError: ``boundary_blocks`` not an int >= 0 or ``h`` not an int.
+            InvalidArgumentError: ``boundary_blocks`` not an int >= 0, ``h`` not an int, or
+                ``seq`` not a sequence.
         """
         if type(boundary_blocks) is not int or boundary_blocks < 0:
             need_int("boundary_blocks", boundary_blocks, 0)
         if type(h) is not int:
             need_int("h", h)
-        if not self.applies(seq) or sequence_slot(seq) < 0:
+        if need_sequence(seq) < 0 or not (self.enabled and seq.has_per_req_cache):
             return
         sid = id(seq)
         key = (sid, h)
@@ -373,10 +417,10 @@ class PagedStateCheckpointCoordinator:
         the queued restore into its slot. O(1).
 
         Raises:
-            InvalidArgumentError: ``seq.state_slot`` is non-negative but not an int (checked
-                before anything changes, G8).
+            InvalidArgumentError: ``seq`` is not a sequence (``state_slot`` not an int;
+                checked before anything changes, G8).
         """
-        slot = sequence_slot(seq)
+        slot = need_sequence(seq)
         old = self._pending_of_seq.get(id(seq))
         if old is not None:
             self._drop_pending(old)
@@ -468,12 +512,7 @@ class PagedStateCheckpointCoordinator:
         Raises:
             InvalidArgumentError: ``owner`` is None or unhashable.
         """
-        if owner is None:
-            raise InvalidArgumentError("a transfer reservation needs an owner, got None")
-        try:
-            hash(owner)
-        except TypeError as exc:
-            raise InvalidArgumentError(f"owner must be hashable, got {owner!r}") from exc
+        _need_transfer_owner(owner)
         if owner in self._transfer_units:
             return None
         store = self.store
@@ -482,7 +521,8 @@ class PagedStateCheckpointCoordinator:
             return None
         row = T.TRANSFER.step(T.T_NONE, "reserve")
         with _deferring(self.pool):
-            units = self.pool.reserve_units(u, (TRANSFER_OWNER, owner))
+            with _as_store(self.pool):
+                units = self.pool.reserve_units(u, (TRANSFER_OWNER, owner))
             if units is None:
                 return None
             held = tuple(units)
@@ -495,13 +535,15 @@ class PagedStateCheckpointCoordinator:
         O(units).
 
         Raises:
-            TypeError: ``owner`` is unhashable (as the reference).
+            InvalidArgumentError: ``owner`` is None or unhashable.
         """
+        _need_transfer_owner(owner)
         units = self._transfer_units.get(owner)
         if units is None:
             return
         row = T.TRANSFER.step(T.RESERVED, "release")
-        self.pool.release_units(units, (TRANSFER_OWNER, owner))
+        with _as_store(self.pool):
+            self.pool.release_units(units, (TRANSFER_OWNER, owner))
         del self._transfer_units[owner]
         self._took(T.TRANSFER, row, owner)
 
@@ -511,10 +553,12 @@ class PagedStateCheckpointCoordinator:
         reservation. The reservation is dropped only after adoption returned. O(units).
 
         Raises:
-            InvalidArgumentError: ``prefix_hash`` is not an int.
+            InvalidArgumentError: ``prefix_hash`` is not an int; ``owner`` is None or
+                unhashable.
         """
         if type(prefix_hash) is not int:
             need_int("prefix_hash", prefix_hash)
+        _need_transfer_owner(owner)
         units = self._transfer_units.get(owner)
         if units is None:
             return False

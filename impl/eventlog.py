@@ -743,6 +743,7 @@ def _wrap(
     drain = name == "take_checkpoint_ops"
     external, ext_param = _EXTERNAL_ARGS.get(name, (None, ""))
     frames = log._frames
+    pool = c.store.pool if on_pool else None
 
     def pop(frame: _Frame) -> None:
         if frames and frames[-1] is frame:
@@ -750,9 +751,14 @@ def _wrap(
 
     def logged(*args: Any, **kwargs: Any) -> Any:
         depth = len(frames)
-        if (depth and passthrough_nested) or log.stopped is not None:
-            # The store or coordinator calling its own pool, or ``applies`` from inside a
-            # coordinator call: an effect of the logged call, not a call of the engine's.
+        if (
+            (depth and passthrough_nested)
+            or log.stopped is not None
+            or (pool is not None and getattr(pool, "_store_calls", 0))
+        ):
+            # The store or coordinator calling its own pool (inside a logged call, or the
+            # store called directly: its rows are flagged "outside"), or ``applies`` from
+            # inside a coordinator call: an effect of a call, not a call of the engine's.
             return fn(*args, **kwargs)
         seq_id = log._seq_ids
         enc_args = [encode(a, seq_id) for a in args]

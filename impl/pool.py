@@ -51,6 +51,12 @@ every invariant holds again. A pool without ``deferred_evictions`` (an engine's 
 inside ``reserve_units``; the store tolerates that too (its checkpoint id is taken before the
 reservation, so a nested store cannot reuse it).
 
+Store owners (SPEC A.3): units tagged ``("state-checkpoint", cid)`` or ``("state-transfer",
+owner)`` belong to the store and coordinator. ``reserve_units``, ``release_units``,
+``rekey_units``, ``cache_units`` and ``claim_cached_units`` naming such an owner raise
+:class:`~pagedstate.spec.errors.StoreOwnedUnitsError` unless the store itself is calling
+(it calls inside ``with pool._as_store():``); an engine cannot free or retag a live image.
+
 Dirty units (SPEC G10): a unit released from a checkpoint or a transfer reservation still
 holds raw state bytes; it is *dirty* until the executor scrubs it and calls
 :meth:`UnitPool.mark_clean`. A dirty unit stays dirty while free or reserved.
@@ -72,15 +78,20 @@ from pagedstate.spec.errors import (
     DuplicateUnitError,
     InvalidArgumentError,
     PartialReleaseError,
+    StoreOwnedUnitsError,
     WrongOwnerError,
 )
+from pagedstate.spec.types import CHECKPOINT_OWNER, TRANSFER_OWNER
 
-from ._args import is_dirtying, is_int, need_int
+from ._args import is_dirtying, is_int, need_hashable, need_int, store_owned_message
 
 __all__ = ["UnitPool", "SlotPool", "KVBlockPool", "EvictionCallback"]
 
 #: ``on_evict(prefix_hash)``: a reservation overwrote the cached KV block of ``prefix_hash``.
 EvictionCallback = Callable[[int], None]
+
+#: The owner kinds that belong to the store (SPEC A.3): ``(kind, ident)`` owners.
+_STORE_KINDS = (CHECKPOINT_OWNER, TRANSFER_OWNER)
 
 
 @runtime_checkable
@@ -169,6 +180,9 @@ class UnitPool:
         # Eviction callbacks held by deferred_evictions() blocks (nesting depth, hashes).
         self._defer = 0
         self._deferred: list[int] = []
+        # Depth of _as_store() blocks: store owners are accepted only inside one.
+        self._store_calls = 0
+        self._store_access = _StoreAccess(self)
 
     def clone(self) -> UnitPool:
         """A deep copy sharing nothing mutable (``on_evict`` is shared). O(num_units)."""
@@ -181,6 +195,7 @@ class UnitPool:
         c._held = dict(self._held)
         c._dirty = set(self._dirty)
         c._deferred = list(self._deferred)
+        c._store_access = _StoreAccess(c)
         return c
 
     # -- reading ------------------------------------------------------------------------
@@ -196,20 +211,47 @@ class UnitPool:
         return len(self._cached)
 
     def has_free(self, n: int) -> bool:
-        """Whether at least ``n`` units are free. O(1)."""
+        """Whether at least ``n`` units are free. O(1).
+
+        Raises:
+            InvalidArgumentError: ``n`` is not a non-negative int.
+        """
+        if type(n) is not int or n < 0:
+            need_int("n", n, 0)
         return len(self._free) >= n
 
+    def _need_unit(self, unit: int) -> None:
+        if type(unit) is not int or unit < 0:
+            need_int("unit id", unit, 0)
+        if unit >= self.num_units:
+            raise InvalidArgumentError(f"unit {unit} is outside the pool of {self.num_units}")
+
     def owner_of(self, unit: int) -> tuple[Hashable, int] | None:
-        """``(owner, piece)`` of a reserved unit, ``None`` for a free one. O(1)."""
+        """``(owner, piece)`` of a reserved unit, ``None`` for a free one. O(1).
+
+        Raises:
+            InvalidArgumentError: ``unit`` is not an int in ``[0, num_units)``.
+        """
+        self._need_unit(unit)
         return self._tags.get(unit)
 
     def cached_hash(self, unit: int) -> int | None:
-        """The prefix hash a cached free unit holds, ``None`` otherwise. O(1)."""
+        """The prefix hash a cached free unit holds, ``None`` otherwise. O(1).
+
+        Raises:
+            InvalidArgumentError: ``unit`` is not an int in ``[0, num_units)``.
+        """
+        self._need_unit(unit)
         return self._cached.get(unit)
 
     def is_dirty(self, unit: int) -> bool:
         """Whether ``unit`` last held checkpoint or transfer bytes and was not scrubbed
-        since (G10). O(1)."""
+        since (G10). O(1).
+
+        Raises:
+            InvalidArgumentError: ``unit`` is not an int in ``[0, num_units)``.
+        """
+        self._need_unit(unit)
         return unit in self._dirty
 
     def dirty_units(self) -> frozenset[int]:
@@ -243,10 +285,41 @@ class UnitPool:
         else:
             self._held.pop(owner, None)
 
+    def _as_store(self) -> _StoreAccess:
+        """The store (or coordinator) is calling: store owners are accepted inside the block
+        (module docstring). Not for engines. O(1)."""
+        return self._store_access
+
+    def _need_owner(self, name: str, owner: Hashable) -> None:
+        """``owner`` is hashable and, unless the store is calling, not a store owner (the
+        same test is inlined in ``reserve_units`` and ``_validate_whole``)."""
+        try:
+            hash(owner)
+        except Exception:
+            need_hashable(name, owner)
+        if (
+            isinstance(owner, tuple)
+            and len(owner) == 2
+            and owner[0] in _STORE_KINDS
+            and not self._store_calls
+        ):
+            raise StoreOwnedUnitsError(store_owned_message(owner))
+
     def _validate_whole(self, unit_ids: Any, owner: Hashable) -> tuple[int, ...]:
         ids = _ids_list(unit_ids)
         if owner is None:
             raise InvalidArgumentError("owner must not be None")
+        try:
+            hash(owner)
+        except Exception:
+            need_hashable("owner", owner)
+        if (
+            isinstance(owner, tuple)
+            and len(owner) == 2
+            and owner[0] in _STORE_KINDS
+            and not self._store_calls
+        ):
+            raise StoreOwnedUnitsError(store_owned_message(owner))
         tags = self._tags
         for piece, u in enumerate(ids):
             tag = tags.get(u)
@@ -269,9 +342,15 @@ class UnitPool:
         """Record that the executor scrubbed these units (G10). O(k).
 
         Raises:
-            InvalidArgumentError: an id is not an int in ``[0, num_units)``.
+            InvalidArgumentError: ``unit_ids`` is not iterable, or an id is not an int in
+                ``[0, num_units)``.
         """
-        ids = list(unit_ids)
+        try:
+            ids = list(unit_ids)
+        except TypeError as exc:
+            raise InvalidArgumentError(
+                f"unit_ids must be an iterable of unit ids, got {unit_ids!r}"
+            ) from exc
         for u in ids:
             if type(u) is not int or u < 0:
                 need_int("unit id", u, 0)
@@ -289,12 +368,25 @@ class UnitPool:
         ``count == 0``. O(count log num_units).
 
         Raises:
-            InvalidArgumentError: ``count`` is not a non-negative int, or ``owner`` is None.
+            InvalidArgumentError: ``count`` is not a non-negative int, or ``owner`` is None
+                or unhashable.
+            StoreOwnedUnitsError: ``owner`` is a store owner and the store is not calling.
         """
         if type(count) is not int or count < 0:
             need_int("count", count, 0)
         if owner is None:
             raise InvalidArgumentError("a reservation needs an owner, got None")
+        try:
+            hash(owner)
+        except Exception:
+            need_hashable("owner", owner)
+        if (
+            isinstance(owner, tuple)
+            and len(owner) == 2
+            and owner[0] in _STORE_KINDS
+            and not self._store_calls
+        ):
+            raise StoreOwnedUnitsError(store_owned_message(owner))
         if len(self._free) < count:
             return None
         if count == 0:
@@ -348,8 +440,9 @@ class UnitPool:
 
         Raises:
             InvalidArgumentError: ``unit_ids`` is not a list/tuple of non-negative ints, or
-                ``owner`` is None.
+                ``owner`` is None or unhashable.
             DuplicateUnitError: an id repeats.
+            StoreOwnedUnitsError: ``owner`` is a store owner and the store is not calling.
             WrongOwnerError: a unit is not tagged ``(owner, position)``.
             PartialReleaseError: the owner holds more units than named.
         """
@@ -371,12 +464,15 @@ class UnitPool:
         never pass through the free list (SPEC A.2). O(k).
 
         Raises:
-            InvalidArgumentError: ``new_owner`` is None or already holds units; malformed ids.
+            InvalidArgumentError: ``new_owner`` is None, unhashable or already holds units;
+                malformed ids.
+            StoreOwnedUnitsError: either owner is a store owner and the store is not calling.
             DuplicateUnitError, WrongOwnerError, PartialReleaseError: as ``release_units``.
         """
         if new_owner is None:
             raise InvalidArgumentError("new_owner must not be None")
         ids = self._validate_whole(unit_ids, old_owner)
+        self._need_owner("new_owner", new_owner)
         if self._held_by(new_owner) > 0:
             raise InvalidArgumentError(f"owner {new_owner!r} already holds units")
         tags = self._tags
@@ -397,7 +493,8 @@ class UnitPool:
             InvalidArgumentError: ``prefix_hashes`` is not a list/tuple of ints or ``None``
                 of the same length; ``owner`` is a checkpoint or transfer owner (raw state
                 units hold no KV prefix); malformed ids or owner.
-            DuplicateUnitError, WrongOwnerError, PartialReleaseError: as ``release_units``.
+            DuplicateUnitError, StoreOwnedUnitsError, WrongOwnerError, PartialReleaseError:
+                as ``release_units``.
         """
         ids = self._validate_whole(unit_ids, owner)
         if is_dirtying(owner):
@@ -426,13 +523,15 @@ class UnitPool:
         tagged ``(owner, position)``; nothing fires (the content is reused). O(k).
 
         Raises:
-            InvalidArgumentError: a unit is not a cached free unit; ``owner`` is None;
-                malformed ids.
+            InvalidArgumentError: a unit is not a cached free unit; ``owner`` is None or
+                unhashable; malformed ids.
             DuplicateUnitError: an id repeats.
+            StoreOwnedUnitsError: ``owner`` is a store owner (the store claims no KV).
         """
         ids = _ids_list(unit_ids)
         if owner is None:
             raise InvalidArgumentError("a reservation needs an owner, got None")
+        self._need_owner("owner", owner)
         for u in ids:
             if u not in self._cached:
                 raise InvalidArgumentError(f"unit {u} is not a cached free unit")
@@ -477,6 +576,21 @@ class _Deferral:
             evicted, pool._deferred = pool._deferred, []
             if pool.on_evict is not None:
                 pool._fire(evicted)
+
+
+class _StoreAccess:
+    """``UnitPool._as_store()``: the store is calling; store owners are accepted."""
+
+    __slots__ = ("_pool",)
+
+    def __init__(self, pool: UnitPool) -> None:
+        self._pool = pool
+
+    def __enter__(self) -> None:
+        self._pool._store_calls += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool._store_calls -= 1
 
 
 class SlotPool:

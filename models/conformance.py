@@ -453,6 +453,23 @@ def _release_transfer_partly(s: _Side, m: ConformanceMachine) -> Any:
     return s.pool.release_units([], (TRANSFER_OWNER, ("load", -1)))
 
 
+def _release_record_whole(s: _Side, m: ConformanceMachine) -> Any:
+    from pagedstate.spec.types import CHECKPOINT_OWNER
+
+    cid, units = _some_record_units(m)
+    return s.pool.release_units(list(units), (CHECKPOINT_OWNER, cid))
+
+
+class _HostileOwner:
+    """An owner whose ``__hash__`` raises."""
+
+    def __hash__(self) -> int:
+        raise RuntimeError("hostile __hash__")
+
+    def __repr__(self) -> str:
+        return "_HostileOwner()"
+
+
 def _seq0(m: ConformanceMachine) -> KitSeq:
     return m.seqs[0]
 
@@ -509,6 +526,21 @@ BAD_INPUTS: Mapping[str, BadInput] = MappingProxyType(
         "attach_scratch_negative_budget": lambda s, m: s.coord.attach_midstep_scratch(
             SlotPool([]), -1
         ),
+        "contains_str": lambda s, m: s.coord.contains("1"),
+        "restore_queued_for_bool": lambda s, m: s.coord.restore_queued_for(True),
+        "applies_not_a_sequence": lambda s, m: s.coord.applies(object()),
+        "reserve_midstep_not_a_sequence": lambda s, m: s.coord.reserve_midstep(
+            object(), [(0, 1)]
+        ),
+        "resumable_hit_str_hash": lambda s, m: s.coord.resumable_hit(_seq0(m), 1, ["1"]),
+        "release_transfer_unhashable": lambda s, m: s.coord.release_transfer_units(["x"]),
+        "reserve_transfer_hostile": lambda s, m: s.coord.reserve_transfer_units(
+            _HostileOwner()
+        ),
+        "pool_reserve_hostile_owner": lambda s, m: s.pool.reserve_units(1, _HostileOwner()),
+        "pool_release_record_whole": _release_record_whole,
+        "pool_has_free_str": lambda s, m: s.pool.has_free("1"),
+        "pool_owner_of_str": lambda s, m: s.pool.owner_of("0"),
     }
 )
 
@@ -518,6 +550,7 @@ _STORE_BAD_INPUTS: Mapping[str, BadInput] = MappingProxyType(
         "changed_since_str": lambda s, m: s.store.changed_since("0"),
         "cancel_restore_str_slot": lambda s, m: s.store.cancel_queued_restore("0"),
         "lookup_str": lambda s, m: s.store.lookup("1"),
+        "contains_or_pending_list": lambda s, m: s.store.contains_or_pending([1]),
     }
 )
 

@@ -18,6 +18,7 @@ __all__ = [
     "InvalidArgumentError",
     "DuplicateUnitError",
     "WrongOwnerError",
+    "StoreOwnedUnitsError",
     "PartialReleaseError",
     "RawUnitFreeError",
     "NoFreeUnitError",
@@ -60,6 +61,15 @@ class WrongOwnerError(PagedStateError, AssertionError):
     """A unit is not tagged ``(owner, piece)`` as the caller claimed (SPEC A.2,
     scenario S16). Nothing was released or retagged: pass the owner the units
     were reserved for, in piece order."""
+
+
+class StoreOwnedUnitsError(WrongOwnerError):
+    """A pool call named a store owner (``("state-checkpoint", cid)`` or
+    ``("state-transfer", owner)``, SPEC A.3) from outside the store. Those units belong to
+    the checkpoint store and the coordinator, which alone reserve, release and retag them;
+    an engine that freed them would hand a live image's units to someone else. Release a
+    checkpoint through the store (``unindex``, ``clear_index``) and a transfer reservation
+    through ``release_transfer_units``; nothing was changed."""
 
 
 class PartialReleaseError(PagedStateError, AssertionError):

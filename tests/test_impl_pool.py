@@ -19,6 +19,7 @@ from pagedstate.models import reference as R
 from pagedstate.spec import (
     InvalidArgumentError,
     PartialReleaseError,
+    StoreOwnedUnitsError,
     check_invariants,
 )
 from pagedstate.spec.types import CHECKPOINT_OWNER
@@ -91,10 +92,14 @@ def test_on_evict_errors_propagate_after_every_callback() -> None:
 
 def test_state_units_cannot_be_cached_and_stay_dirty() -> None:
     pool = I.UnitPool(3)
-    units = pool.reserve_units(2, (CHECKPOINT_OWNER, 0))
-    with pytest.raises(InvalidArgumentError):
+    with pool._as_store():  # only the store names a checkpoint owner (SPEC A.3)
+        units = pool.reserve_units(2, (CHECKPOINT_OWNER, 0))
+        with pytest.raises(InvalidArgumentError):
+            pool.cache_units(units, (CHECKPOINT_OWNER, 0), [1, 2])
+    with pytest.raises(StoreOwnedUnitsError):
         pool.cache_units(units, (CHECKPOINT_OWNER, 0), [1, 2])
-    pool.release_units(units, (CHECKPOINT_OWNER, 0))
+    with pool._as_store():
+        pool.release_units(units, (CHECKPOINT_OWNER, 0))
     assert pool.dirty_units() == frozenset(units)  # G10
     again = pool.reserve_units(2, KV0)
     assert all(pool.is_dirty(u) for u in again)  # dirty until scrubbed, free or reserved
