@@ -28,6 +28,7 @@ from typing import Any
 from pagedstate.spec import tables as T
 from pagedstate.spec.errors import (
     InvalidArgumentError,
+    StaleReservationError,
     UnknownOperationError,
 )
 from pagedstate.spec.sequences import need_sequence, sequence_slot
@@ -118,7 +119,8 @@ class PagedStateCheckpointCoordinator:
         )
         self._scratch: ScratchSlotPool | None = None
         self._max_ops_per_batch = 0
-        self._scratch_reserved: set[int] = set()
+        # Outstanding scratch reservations: slot -> (pos, h) of the triple handed out.
+        self._scratch_reserved: dict[int, tuple[int, int]] = {}
         # Queued scratch stores: slot -> hash, in queue order; and the slots per hash.
         self._scratch_queued: OrderedDict[int, int] = OrderedDict()
         self._scratch_by_hash: dict[int, dict[int, None]] = {}
@@ -160,7 +162,7 @@ class PagedStateCheckpointCoordinator:
         c.store = self.store.clone()
         if self._scratch is not None:
             c._scratch = self._scratch.clone()  # type: ignore[attr-defined]
-        c._scratch_reserved = set(self._scratch_reserved)
+        c._scratch_reserved = dict(self._scratch_reserved)
         c._scratch_queued = OrderedDict(self._scratch_queued)
         c._scratch_by_hash = {h: dict(s) for h, s in self._scratch_by_hash.items()}
         c._scratch_issued = list(self._scratch_issued)
@@ -242,7 +244,7 @@ class PagedStateCheckpointCoordinator:
                 break
             row = T.SCRATCH.step(T.FREE, "reserve")
             slot = scratch.pop()
-            self._scratch_reserved.add(slot)
+            self._scratch_reserved[slot] = (pos, h)
             out.append((slot, pos, h))
             self._took(T.SCRATCH, row, slot)
         return out
@@ -257,10 +259,19 @@ class PagedStateCheckpointCoordinator:
             if not (isinstance(r, tuple) and len(r) == 3 and all(map(is_int, r))):
                 raise InvalidArgumentError(f"a reservation is (slot, pos, h) of ints, got {r!r}")
             slots.append(r[0])
-        if len(set(slots)) != len(slots) or not set(slots) <= self._scratch_reserved:
+        reserved = self._scratch_reserved
+        if len(set(slots)) != len(slots) or not set(slots) <= reserved.keys():
             raise UnknownOperationError(
                 f"scratch slots {slots} are not all outstanding reservations of this coordinator"
             )
+        for slot, pos, h in reservations:
+            if reserved[slot] != (pos, h):
+                raise StaleReservationError(
+                    f"scratch slot {slot} is reserved as {(slot, *reserved[slot])},"
+                    f" not {(slot, pos, h)}: that reservation is stale (already published or"
+                    " cancelled, and the slot lent again); use the triple the latest"
+                    " reserve_midstep returned"
+                )
 
     def publish_midstep(self, reservations: list[tuple[int, int, int]], seq: object = None) -> None:
         """The forward wrote the scratch slots: queue ``(h, slot)`` for the next drain.
@@ -269,12 +280,14 @@ class PagedStateCheckpointCoordinator:
         Raises:
             InvalidArgumentError: not a list or tuple of ``(slot, pos, h)`` int triples.
             UnknownOperationError: a slot is not an outstanding reservation, or repeats.
+            StaleReservationError: a triple is not the one outstanding for its slot (an
+                earlier reservation of a slot lent again).
         """
         del seq
         self._need_reservations(reservations)
         row = T.SCRATCH.step(T.S_RESERVED, "publish")
         for slot, _pos, h in reservations:
-            self._scratch_reserved.discard(slot)
+            del self._scratch_reserved[slot]
             self._scratch_queued[slot] = h
             self._scratch_by_hash.setdefault(h, {})[slot] = None
             self._took(T.SCRATCH, row, slot)
@@ -283,7 +296,8 @@ class PagedStateCheckpointCoordinator:
         """The forward never ran: return the scratch slots. O(len(reservations)).
 
         Raises:
-            InvalidArgumentError, UnknownOperationError: as :meth:`publish_midstep`.
+            InvalidArgumentError, UnknownOperationError, StaleReservationError: as
+                :meth:`publish_midstep`.
         """
         self._need_reservations(reservations)
         if not reservations:
@@ -292,7 +306,7 @@ class PagedStateCheckpointCoordinator:
         scratch = self._scratch
         assert scratch is not None
         for slot, _pos, _h in reservations:
-            self._scratch_reserved.discard(slot)
+            del self._scratch_reserved[slot]
             scratch.release(slot)
             self._took(T.SCRATCH, row, slot)
 

@@ -460,6 +460,13 @@ def _release_record_whole(s: _Side, m: ConformanceMachine) -> Any:
     return s.pool.release_units(list(units), (CHECKPOINT_OWNER, cid))
 
 
+def _stale_scratch(s: _Side, m: ConformanceMachine) -> Any:
+    for slot in sorted(m.snap_ref.scratch_reserved):
+        _slot, pos, h = m.scratch_latest[slot]
+        return s.coord.publish_midstep([(slot, pos + 1, h)])
+    return s.coord.publish_midstep([(999, 0, 1)])
+
+
 class _HostileOwner:
     """An owner whose ``__hash__`` raises."""
 
@@ -533,6 +540,7 @@ BAD_INPUTS: Mapping[str, BadInput] = MappingProxyType(
             object(), [(0, 1)]
         ),
         "resumable_hit_str_hash": lambda s, m: s.coord.resumable_hit(_seq0(m), 1, ["1"]),
+        "publish_stale_scratch": _stale_scratch,
         "release_transfer_unhashable": lambda s, m: s.coord.release_transfer_units(["x"]),
         "reserve_transfer_hostile": lambda s, m: s.coord.reserve_transfer_units(
             _HostileOwner()
@@ -676,6 +684,9 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.kv_next = 0
         self.op_pairs: list[Pair] = []
         self.lease_pairs: list[Pair] = []
+        # The latest midstep reservation handed out per scratch slot (an older one for the
+        # same slot is stale once the slot was lent again).
+        self.scratch_latest: dict[int, tuple[int, int, int]] = {}
         self.transfer_next = 0
         self.max_pins = 0
         self.max_records = 0
@@ -1257,6 +1268,8 @@ class ConformanceMachine(RuleBasedStateMachine):
         )
         if not (out.ok and out.ref):
             return multiple()
+        for triple in out.ref:
+            self.scratch_latest[triple[0]] = triple
         res = Pair(out.ref, out.sut)
         if then != "hold":
             method = f"{then}_midstep"
@@ -1265,7 +1278,8 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     @rule(res=scratch)
     def publish_midstep(self, res: Pair) -> None:
-        """The forward wrote the slots (a spent reservation raises UnknownOperationError)."""
+        """The forward wrote the slots (a spent reservation raises UnknownOperationError, or
+        StaleReservationError once its slot was lent again)."""
         self._both(
             "publish_midstep",
             f"publish_midstep({res.ref!r})",
@@ -1359,8 +1373,7 @@ class ConformanceMachine(RuleBasedStateMachine):
                     _call_picked("release_suspended_restore", pair),
                 )
         if self.snap_ref.scratch_reserved:
-            spec = self.config
-            res = [(slot, 0, 1 + slot % spec.hashes) for slot in sorted(snap.scratch_reserved)]
+            res = [self.scratch_latest[slot] for slot in sorted(snap.scratch_reserved)]
             self._both(rule_name, f"cancel_midstep({res!r})", lambda x: x.coord.cancel_midstep(res))
         for seq in self.seqs:
             self._both(rule_name, f"forget_pending({seq!r})", _call_coord("forget_pending", seq))

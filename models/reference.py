@@ -32,6 +32,7 @@ from pagedstate.spec.errors import (
     PinUnderflowError,
     SlotBusyError,
     SourcePinLostError,
+    StaleReservationError,
     StoreOwnedUnitsError,
     UnknownOperationError,
     WrongOwnerError,
@@ -1159,7 +1160,8 @@ class PagedStateCheckpointCoordinator(_Stepper):
         )
         self._scratch: ScratchSlotPool | None = None
         self._max_ops_per_batch = 0
-        self._scratch_reserved: set[int] = set()
+        # Outstanding scratch reservations: slot -> (pos, h) of the triple handed out.
+        self._scratch_reserved: dict[int, tuple[int, int]] = {}
         self._scratch_queued: list[tuple[int, int]] = []
         self._scratch_issued: list[int] = []
         self._pending: dict[tuple[int, int], tuple[SequenceLike, int]] = {}
@@ -1185,7 +1187,7 @@ class PagedStateCheckpointCoordinator(_Stepper):
         c.store = self.store.clone()
         if self._scratch is not None:
             c._scratch = self._scratch.clone()  # type: ignore[attr-defined]
-        c._scratch_reserved = set(self._scratch_reserved)
+        c._scratch_reserved = dict(self._scratch_reserved)
         c._scratch_queued = list(self._scratch_queued)
         c._scratch_issued = list(self._scratch_issued)
         c._pending = dict(self._pending)
@@ -1259,7 +1261,7 @@ class PagedStateCheckpointCoordinator(_Stepper):
                 break
             slot = self._scratch.pop()
             self._step(T.SCRATCH, T.FREE, "reserve", to=T.S_RESERVED)
-            self._scratch_reserved.add(slot)
+            self._scratch_reserved[slot] = (pos, h)
             out.append((slot, pos, h))
         return out
 
@@ -1273,10 +1275,18 @@ class PagedStateCheckpointCoordinator(_Stepper):
             if not (isinstance(r, tuple) and len(r) == 3 and all(map(_is_int, r))):
                 raise InvalidArgumentError(f"a reservation is (slot, pos, h) of ints, got {r!r}")
             slots.append(r[0])
-        if len(set(slots)) != len(slots) or not set(slots) <= self._scratch_reserved:
+        if len(set(slots)) != len(slots) or not set(slots) <= self._scratch_reserved.keys():
             raise UnknownOperationError(
                 f"scratch slots {slots} are not all outstanding reservations of this coordinator"
             )
+        for slot, pos, h in reservations:
+            if self._scratch_reserved[slot] != (pos, h):
+                raise StaleReservationError(
+                    f"scratch slot {slot} is reserved as {(slot, *self._scratch_reserved[slot])},"
+                    f" not {(slot, pos, h)}: that reservation is stale (already published or"
+                    " cancelled, and the slot lent again); use the triple the latest"
+                    " reserve_midstep returned"
+                )
 
     def publish_midstep(self, reservations: list[tuple[int, int, int]], seq: object = None) -> None:
         """The forward wrote the scratch slots: queue ``(h, slot)`` for the next drain.
@@ -1284,24 +1294,27 @@ class PagedStateCheckpointCoordinator(_Stepper):
         Raises:
             InvalidArgumentError: not a list or tuple of ``(slot, pos, h)`` int triples.
             UnknownOperationError: a slot is not an outstanding reservation, or repeats.
+            StaleReservationError: a triple is not the one outstanding for its slot (an
+                earlier reservation of a slot lent again).
         """
         del seq
         self._need_reservations(reservations)
         for slot, _pos, h in reservations:
             self._step(T.SCRATCH, T.S_RESERVED, "publish", to=T.S_QUEUED)
-            self._scratch_reserved.discard(slot)
+            del self._scratch_reserved[slot]
             self._scratch_queued.append((h, slot))
 
     def cancel_midstep(self, reservations: list[tuple[int, int, int]]) -> None:
         """The forward never ran: return the scratch slots.
 
         Raises:
-            InvalidArgumentError, UnknownOperationError: as :meth:`publish_midstep`.
+            InvalidArgumentError, UnknownOperationError, StaleReservationError: as
+                :meth:`publish_midstep`.
         """
         self._need_reservations(reservations)
         for slot, _pos, _h in reservations:
             self._step(T.SCRATCH, T.S_RESERVED, "cancel", to=T.FREE)
-            self._scratch_reserved.discard(slot)
+            del self._scratch_reserved[slot]
             assert self._scratch is not None
             self._scratch.release(slot)
 

@@ -25,6 +25,7 @@ __all__ = [
     "IllegalTransitionError",
     "PinUnderflowError",
     "UnknownOperationError",
+    "StaleReservationError",
     "LeaseReusedError",
     "SourcePinLostError",
     "SlotBusyError",
@@ -118,6 +119,15 @@ class UnknownOperationError(PagedStateError, LookupError):
     """An operation, lease or reservation was not issued by this store (for
     example a :class:`SuspendedCheckpointRestore` built by hand, or one issued
     by another store)."""
+
+
+class StaleReservationError(UnknownOperationError):
+    """A midstep scratch reservation ``(slot, pos, h)`` is not the one outstanding for its
+    slot: it came from an earlier ``reserve_midstep`` that was already published or
+    cancelled, and the slot has since been lent to another reservation (SPEC B.4 scratch
+    machine: only a RESERVED reservation is published or cancelled, once). Publishing it
+    would file ``h`` over the bytes the newer reservation's forward writes. Publish or
+    cancel the triple the latest ``reserve_midstep`` returned; nothing was changed."""
 
 
 class LeaseReusedError(PagedStateError, AssertionError):

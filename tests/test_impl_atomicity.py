@@ -294,10 +294,12 @@ def bad_calls(ls: Lockstep) -> list[BadCall]:
                  {}),
             ]
     if ls.r._scratch_reserved:
-        slot = next(iter(ls.r._scratch_reserved))
+        slot, (pos, rh) = next(iter(ls.r._scratch_reserved.items()))
         out += [
             ("c", "publish_midstep", ([(slot, 0, h), (slot, 0, h)],), {}),
             ("c", "cancel_midstep", ([(slot, 0, h), (99, 0, h)],), {}),
+            ("c", "publish_midstep", ([(slot, pos + 1, rh)],), {}),  # stale
+            ("c", "cancel_midstep", ([(slot, pos, rh + 100)],), {}),  # stale
         ]
     return out
 
