@@ -27,6 +27,7 @@ from typing import Any
 
 from pagedstate.spec import tables as T
 from pagedstate.spec.errors import (
+    EvictionCallbackError,
     InvalidArgumentError,
     StaleReservationError,
     UnknownOperationError,
@@ -520,11 +521,20 @@ class PagedStateCheckpointCoordinator:
     def reserve_transfer_units(self, owner: Hashable) -> tuple[int, ...] | None:
         """Reserve one image's units for an external load, tagged ``("state-transfer",
         owner)``. ``owner`` must include a generation. ``None`` for a duplicate active owner
-        or when no room can be made (evicting only unpinned READY records). The pool may
-        fire ``on_evict`` inside the reservation (SPEC A.4). O(1 + units + evictions).
+        or when no room can be made (evicting only unpinned READY records). O(1 + units +
+        evictions).
+
+        The reservation may overwrite cached KV blocks: the pool calls the engine's
+        ``on_evict`` once the reservation is filed (SPEC A.4). If a callback raises, the
+        reservation is undone (its units back where they were, cached blocks under their
+        hashes, nothing filed, no row taken) and :class:`EvictionCallbackError` is raised
+        from the callback's exception (G8). (A cached block is reused only when no vacant
+        unit is left, and then ``ensure_free_units`` evicted nothing, so nothing else moved.)
+        What the engine's callbacks did before raising is theirs.
 
         Raises:
             InvalidArgumentError: ``owner`` is None or unhashable.
+            EvictionCallbackError: ``on_evict`` raised; nothing changed (see above).
         """
         _need_transfer_owner(owner)
         if owner in self._transfer_units:
@@ -534,14 +544,27 @@ class PagedStateCheckpointCoordinator:
         if not store.ensure_free_units(u):
             return None
         row = T.TRANSFER.step(T.T_NONE, "reserve")
-        with _deferring(self.pool):
-            with _as_store(self.pool):
-                units = self.pool.reserve_units(u, (TRANSFER_OWNER, owner))
-            if units is None:
-                return None
-            held = tuple(units)
-            self._transfer_units[owner] = held
-            self._took(T.TRANSFER, row, owner)
+        pool = self.pool
+        tag = (TRANSFER_OWNER, owner)
+        held: tuple[int, ...] = ()
+        try:
+            with _deferring(pool, undo_on_error=True):
+                with _as_store(pool):
+                    units = pool.reserve_units(u, tag)
+                if units is None:
+                    return None
+                held = tuple(units)
+                self._transfer_units[owner] = held
+        except EvictionCallbackError:
+            # The pool undid the reservation unless a callback itself took it over (then
+            # the entry went with it, or stays with the units it still names).
+            if held and self._transfer_units.get(owner) == held and pool.owner_of(held[0]) != (
+                tag,
+                0,
+            ):
+                del self._transfer_units[owner]
+            raise
+        self._took(T.TRANSFER, row, owner)
         return held
 
     def release_transfer_units(self, owner: Hashable) -> None:

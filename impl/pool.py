@@ -51,6 +51,12 @@ every invariant holds again. A pool without ``deferred_evictions`` (an engine's 
 inside ``reserve_units``; the store tolerates that too (its checkpoint id is taken before the
 reservation, so a nested store cannot reuse it).
 
+A callback that raises: ``reserve_units`` (outside any deferral block) and the
+coordinator's ``reserve_transfer_units`` undo the reservation that fired it (its units go
+back exactly where they were, cached KV blocks under their hashes in their LRU places) and
+raise :class:`~pagedstate.spec.errors.EvictionCallbackError` from the callback's exception
+(SPEC G8). What the callbacks did before raising is the engine's own and stays.
+
 Store owners (SPEC A.3): units tagged ``("state-checkpoint", cid)`` or ``("state-transfer",
 owner)`` belong to the store and coordinator. ``reserve_units``, ``release_units``,
 ``rekey_units``, ``cache_units`` and ``claim_cached_units`` naming such an owner raise
@@ -76,6 +82,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pagedstate.spec.errors import (
     DuplicateUnitError,
+    EvictionCallbackError,
     InvalidArgumentError,
     PartialReleaseError,
     StoreOwnedUnitsError,
@@ -177,9 +184,11 @@ class UnitPool:
         # Units held per (hashable) owner: the whole-reservation check of G9 without a walk.
         self._held: dict[Hashable, int] = {}
         self._dirty: set[int] = set()
-        # Eviction callbacks held by deferred_evictions() blocks (nesting depth, hashes).
+        # Eviction callbacks held by deferred_evictions() blocks (nesting depth, hashes), and
+        # what undoes each reservation that fired them (see _unreserve).
         self._defer = 0
         self._deferred: list[int] = []
+        self._undo: list[_UndoRecord] = []
         # Depth of _as_store() blocks: store owners are accepted only inside one.
         self._store_calls = 0
         self._store_access = _StoreAccess(self)
@@ -195,6 +204,7 @@ class UnitPool:
         c._held = dict(self._held)
         c._dirty = set(self._dirty)
         c._deferred = list(self._deferred)
+        c._undo = list(self._undo)
         c._store_access = _StoreAccess(c)
         return c
 
@@ -243,6 +253,11 @@ class UnitPool:
         """
         self._need_unit(unit)
         return self._cached.get(unit)
+
+    def cached_units(self) -> tuple[tuple[int, int], ...]:
+        """``(unit, prefix_hash)`` of every cached free unit, least recently cached (next to
+        be reused) first. O(cached)."""
+        return tuple(self._cached.items())
 
     def is_dirty(self, unit: int) -> bool:
         """Whether ``unit`` last held checkpoint or transfer bytes and was not scrubbed
@@ -363,14 +378,16 @@ class UnitPool:
 
         Vacant units go first, lowest id first; then cached KV units, least recently cached
         first, each firing ``on_evict(prefix_hash)`` once the whole reservation is tagged
-        (SPEC A.4; an exception from the callback propagates after every callback ran).
-        ``None``, with nothing changed, when fewer than ``count`` units are free; ``[]`` for
-        ``count == 0``. O(count log num_units).
+        (SPEC A.4). ``None``, with nothing changed, when fewer than ``count`` units are free;
+        ``[]`` for ``count == 0``. O(count log num_units).
 
         Raises:
             InvalidArgumentError: ``count`` is not a non-negative int, or ``owner`` is None
                 or unhashable.
             StoreOwnedUnitsError: ``owner`` is a store owner and the store is not calling.
+            EvictionCallbackError: ``on_evict`` raised (after every callback ran); outside
+                a ``deferred_evictions()`` block the reservation is undone first, so nothing
+                changed (what the callbacks did is the engine's).
         """
         if type(count) is not int or count < 0:
             need_int("count", count, 0)
@@ -394,6 +411,9 @@ class UnitPool:
         units: list[int] = []
         evicted: list[int] = []
         vacant = self._vacant
+        # Cached units will be taken (and callbacks fire): keep the vacant heap, which the
+        # reservation empties, to undo it exactly if a callback raises.
+        before = list(vacant) if count > len(vacant) else None
         cached = self._cached
         free = self._free
         tags = self._tags
@@ -408,31 +428,71 @@ class UnitPool:
             units.append(u)
         self._add_held(owner, count)
         if evicted and self.on_evict is not None:
+            undo = (units, owner, before, evicted)
             if self._defer:
                 self._deferred.extend(evicted)
+                self._undo.append(undo)
             else:
-                self._fire(evicted)
+                failed = self._fire(evicted)
+                if failed is not None:
+                    raise _callback_error(failed, self._unreserve(undo)) from failed[1]
         return units
 
-    def deferred_evictions(self) -> _Deferral:
+    def deferred_evictions(self, *, undo_on_error: bool = False) -> _Deferral:
         """A context manager holding ``on_evict`` callbacks of reservations made inside it
         until the outermost such block exits (then they fire in order, even if the block
         raised). The store and coordinator reserve inside one, so the engine's re-entrant
-        ``unindex`` finds them consistent. O(1) (+ the callbacks)."""
-        return _Deferral(self)
+        ``unindex`` finds them consistent. O(1) (+ the callbacks).
 
-    def _fire(self, evicted: list[int]) -> None:
+        If a callback raises, the exit raises
+        :class:`~pagedstate.spec.errors.EvictionCallbackError` after every callback ran.
+        With ``undo_on_error`` (on the outermost block, when the block itself completed),
+        the reservations made in the block are undone first (the caller then drops what it
+        filed); otherwise they stand."""
+        return _Deferral(self, undo_on_error)
+
+    def _fire(self, evicted: list[int]) -> tuple[int, Exception] | None:
+        """Call ``on_evict`` for each hash, in order; the first failure, if any, after
+        every callback ran. Store owners are not accepted inside a callback."""
         hook = self.on_evict
         assert hook is not None
-        error: Exception | None = None
-        for h in evicted:
-            try:
-                hook(h)
-            except Exception as exc:  # re-raised after every callback ran
-                if error is None:
-                    error = exc
-        if error is not None:
-            raise error
+        failed: tuple[int, Exception] | None = None
+        trusted, self._store_calls = self._store_calls, 0
+        try:
+            for h in evicted:
+                try:
+                    hook(h)
+                except Exception as exc:  # reported after every callback ran
+                    if failed is None:
+                        failed = (h, exc)
+        finally:
+            self._store_calls = trusted
+        return failed
+
+    def _unreserve(self, undo: _UndoRecord) -> bool:
+        """Put a reservation's units back exactly where they were (vacant, or cached under
+        their hashes at the cold end of the LRU, in order). Only while every unit is still
+        tagged as reserved (a callback may have released or retagged them): returns whether
+        it undid anything. O(count log n)."""
+        units, owner, before, evicted = undo
+        tags = self._tags
+        if any(tags.get(u) != (owner, piece) for piece, u in enumerate(units)):
+            return False
+        for u in units:
+            del tags[u]
+        self._free.update(units)
+        self._add_held(owner, -len(units))
+        n_vacant = len(units) - len(evicted)
+        if before is not None and not self._vacant:
+            self._vacant = before  # untouched since: the exact heap
+        else:
+            for u in units[:n_vacant]:
+                heapq.heappush(self._vacant, u)
+        cached = self._cached
+        for u, h in zip(reversed(units[n_vacant:]), reversed(evicted), strict=True):
+            cached[u] = h
+            cached.move_to_end(u, last=False)
+        return True
 
     def release_units(self, unit_ids: Any, owner: Hashable) -> None:
         """Release a whole reservation, every unit in piece order (SPEC A.2, G9). The units
@@ -558,24 +618,42 @@ class UnitPool:
             heapq.heappush(self._vacant, u)
 
 
+#: What undoes one reservation: its units (piece order), owner, the vacant heap before it
+#: (when it took cached units, so emptied the heap) and the hashes of the cached units it
+#: took (its last ``len(hashes)`` units, in order).
+_UndoRecord = tuple[list[int], Hashable, list[int] | None, list[int]]
+
+
+def _callback_error(failed: tuple[int, Exception], undone: bool) -> EvictionCallbackError:
+    h, exc = failed
+    return EvictionCallbackError(h, undone, f"{type(exc).__name__}: {exc}")
+
+
 class _Deferral:
     """``UnitPool.deferred_evictions()``: a re-entrant hold on eviction callbacks."""
 
-    __slots__ = ("_pool",)
+    __slots__ = ("_pool", "_undo_on_error")
 
-    def __init__(self, pool: UnitPool) -> None:
+    def __init__(self, pool: UnitPool, undo_on_error: bool = False) -> None:
         self._pool = pool
+        self._undo_on_error = undo_on_error
 
     def __enter__(self) -> None:
         self._pool._defer += 1
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         pool = self._pool
         pool._defer -= 1
         if pool._defer == 0 and pool._deferred:
             evicted, pool._deferred = pool._deferred, []
+            undo, pool._undo = pool._undo, []
             if pool.on_evict is not None:
-                pool._fire(evicted)
+                failed = pool._fire(evicted)
+                if failed is not None:
+                    undone = False
+                    if self._undo_on_error and exc_type is None:
+                        undone = all([pool._unreserve(u) for u in reversed(undo)])
+                    raise _callback_error(failed, undone) from failed[1]
 
 
 class _StoreAccess:

@@ -132,10 +132,13 @@ class _OffloadPin:
         )
 
 
-def _deferring(pool: Any) -> AbstractContextManager[Any]:
+def _deferring(pool: Any, *, undo_on_error: bool = False) -> AbstractContextManager[Any]:
     """``pool.deferred_evictions()`` where the pool offers it (see :mod:`.pool`)."""
     defer = getattr(pool, "deferred_evictions", None)
-    return defer() if defer is not None else nullcontext()
+    if defer is None:
+        return nullcontext()
+    context: AbstractContextManager[Any] = defer(undo_on_error=True) if undo_on_error else defer()
+    return context
 
 
 def _as_store(pool: Any) -> AbstractContextManager[Any]:

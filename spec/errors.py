@@ -32,6 +32,7 @@ __all__ = [
     "AmbiguousSuspendError",
     "CheckpointVanishedError",
     "BatchTooLargeError",
+    "EvictionCallbackError",
 ]
 
 
@@ -158,3 +159,29 @@ class CheckpointVanishedError(PagedStateError, RuntimeError):
 class BatchTooLargeError(PagedStateError, RuntimeError):
     """A batch asks to copy more checkpoints than its descriptor was sized for
     (``checkpoint_copy_ops_per_batch``, SPEC C.22 and E.5)."""
+
+
+class EvictionCallbackError(PagedStateError, RuntimeError):
+    """The engine's ``on_evict(prefix_hash)`` callback raised while a reservation overwrote
+    cached KV blocks (SPEC A.4). The callback's exception is the ``__cause__``;
+    ``prefix_hash`` names the first hash whose callback failed.
+
+    The reservation that fired it is undone (its units go back to where they were, cached
+    KV blocks included, and nothing is filed) when the pool's own ``reserve_units`` or the
+    coordinator's ``reserve_transfer_units`` fired it (SPEC G8). What the callbacks
+    themselves did before raising is the engine's and stays. A reservation made by
+    ``begin_store`` (alone or in a drain), or inside an engine's own
+    ``deferred_evictions()`` block, stands: ``undone`` says which.
+    """
+
+    def __init__(self, prefix_hash: int, undone: bool, detail: str) -> None:
+        self.prefix_hash = prefix_hash
+        self.undone = undone
+        super().__init__(
+            f"on_evict({prefix_hash}) raised {detail}; "
+            + (
+                "the reservation that evicted it was undone and nothing was changed"
+                if undone
+                else "the reservation that evicted it stands"
+            )
+        )

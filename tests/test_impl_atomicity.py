@@ -32,11 +32,13 @@ from test_impl_lockstep import Lockstep
 
 from pagedstate import impl as I
 from pagedstate.spec import (
+    EvictionCallbackError,
     InvalidArgumentError,
     PagedStateError,
     StateStoreOperationId,
     StoreOwnedUnitsError,
     SuspendedCheckpointRestore,
+    check_invariants,
 )
 from pagedstate.spec.types import CHECKPOINT_OWNER, TRANSFER_OWNER
 
@@ -474,6 +476,76 @@ def test_deep_state_sees_private_indexes() -> None:
 
 
 # -- issue 3: eviction callbacks and hostile owners (production only) ---------------------
+
+
+def _transfer_world(on_evict: Any) -> I.PagedStateCheckpointCoordinator:
+    """A coordinator whose pool's only free units are cached KV blocks (one vacant), with a
+    READY checkpoint of 101 and a pending boundary: a transfer reservation must reuse the
+    cached blocks of 301 and 302."""
+    pool = I.UnitPool(8)
+    c = I.PagedStateCheckpointCoordinator(pool, spec(10, 25), True)
+    assert c.store.begin_store(101, 0) is not None  # units 0-2
+    c.complete_previous_batch()
+    kv = pool.reserve_units(4, ("kv", 0))  # units 3-6
+    pool.cache_units(kv, ("kv", 0), [None, 301, 302, None])  # 4 and 5 cached
+    assert pool.reserve_units(2, ("kv", 1)) == [3, 6]  # vacant 7 is left
+    c.checkpoint(Seq(5), 1, 555)
+    assert pool.num_free == 3 and pool.cached_units() == ((4, 301), (5, 302))
+    pool.on_evict = on_evict
+    return c
+
+
+@pytest.mark.parametrize("fails_on", [301, 302])
+def test_an_eviction_callback_that_raises_in_reserve_transfer_units_changes_nothing(
+    fails_on: int,
+) -> None:
+    """Issue 3 item 4 (SPEC A.4, G8): the callback raises (here KeyError, from the engine's
+    own index) inside ``reserve_transfer_units``. Before, the reservation stayed filed and
+    the KeyError escaped; now it is undone, down to the pool's cached-block order, and
+    EvictionCallbackError is raised from the KeyError."""
+    seen: list[int] = []
+
+    def on_evict(h: int) -> None:
+        seen.append(h)
+        if h == fails_on:
+            raise KeyError(h)
+
+    c = _transfer_world(on_evict)
+    before, snap = deep_state(c), c.snapshot()
+    with pytest.raises(EvictionCallbackError) as info:
+        c.reserve_transfer_units(("load", 0))
+    assert isinstance(info.value.__cause__, KeyError)
+    assert info.value.prefix_hash == fails_on and info.value.undone
+    assert seen == [301, 302]  # every callback ran
+    assert deep_state(c) == before and c.snapshot() == snap
+    assert check_invariants(c.snapshot()) == []
+    # The same call succeeds once the engine is fixed, with the same units.
+    c.pool.on_evict = seen.append
+    assert c.reserve_transfer_units(("load", 0)) == (7, 4, 5)
+    assert seen == [301, 302, 301, 302]
+
+
+def test_a_callback_that_unindexes_then_raises_leaves_only_its_own_effects() -> None:
+    """The engine's callback unindexes the evicted hash (its job) and then raises: the
+    reservation is undone, nothing is filed, and what the callback did (it orphaned the
+    pending boundary of 301) stays; every invariant holds."""
+    holder: list[I.PagedStateCheckpointCoordinator] = []
+
+    def on_evict(h: int) -> None:
+        holder[0].unindex(h)
+        raise KeyError(h)
+
+    c = _transfer_world(on_evict)
+    holder.append(c)
+    c.checkpoint(Seq(6), 1, 301)
+    free_before = c.pool.num_free
+    with pytest.raises(EvictionCallbackError):
+        c.reserve_transfer_units(("load", 0))
+    snap = c.snapshot()
+    assert snap.transfers == {} and c.pool.num_free == free_before
+    assert c.pool.cached_units() == ((4, 301), (5, 302))
+    assert all(h != 301 for _, h in snap.pending_boundaries)  # the callback's own effect
+    assert check_invariants(snap) == []
 
 
 def test_a_hostile_owner_changes_no_pool_index() -> None:
