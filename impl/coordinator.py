@@ -69,6 +69,11 @@ def _need_transfer_owner(owner: Hashable) -> None:
     need_hashable("owner", owner)
 
 
+def _free_slots(scratch: object) -> frozenset[int] | None:
+    free = getattr(scratch, "free_slots", None)
+    return None if free is None else frozenset(free)
+
+
 class PagedStateCheckpointCoordinator:
     """Production coordinator (SPEC D).
 
@@ -742,4 +747,5 @@ class PagedStateCheckpointCoordinator:
             checkpoints_kept=self.checkpoints_kept,
             checkpoints_dropped=self.checkpoints_dropped,
             checkpoints_orphaned=self.checkpoints_orphaned,
+            scratch_free=_free_slots(self._scratch),
         )

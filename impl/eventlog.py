@@ -64,6 +64,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import IO, Any
 
+import attrs
+
 from pagedstate.spec import tables as T
 from pagedstate.spec.errors import InvalidArgumentError
 from pagedstate.spec.types import (
@@ -599,8 +601,9 @@ def _fresh(c: PagedStateCheckpointCoordinator) -> bool:
         change_log_size=store._change_log_size,
     )
     twin.store.offload_sink = store.offload_sink
+    # The twin has no scratch pool attached; whether ``c`` has one is not state.
     return (
-        c.snapshot() == twin.snapshot()
+        attrs.evolve(c.snapshot(), scratch_free=None) == twin.snapshot()
         and store._next_lease_id == 0
         and getattr(pool, "num_cached", 0) == 0
     )

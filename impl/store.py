@@ -1101,13 +1101,16 @@ class PageUnitCheckpointStore:
     def snapshot(self, **coordinator_fields: Any) -> Snapshot:
         """Everything observable, as the spec's :class:`Snapshot` (a coordinator passes its
         own fields through ``coordinator_fields``). O(state)."""
-        free, dirty, tags = self.pool.snapshot_parts()
+        pool = self.pool
+        free, dirty, tags = pool.snapshot_parts()
+        cached_units = getattr(pool, "cached_units", None)
         return Snapshot(
-            num_units=self.pool.num_units,
+            num_units=pool.num_units,
             units_per_checkpoint=self._units,
             free=free,
             dirty=dirty,
             tags=tags,
+            cached=cached_units() if cached_units is not None else (),
             records={
                 c: RecordView(r.prefix_hash, r.unit_ids, r.phase, r.pin_count)
                 for c, r in self.records.items()
@@ -1132,7 +1135,9 @@ class PageUnitCheckpointStore:
             forfeit_watermark=self._forfeit_watermark,
             forfeit_bound=self._forfeit_bound,
             generation=self.generation,
+            changes=tuple(self._changes),
             next_checkpoint_id=self._next_checkpoint_id,
+            next_lease_id=self._next_lease_id,
             offload_generation=self._offload_generation,
             evictions=self.evictions,
             offload_pins_reclaimed=self.offload_pins_reclaimed,

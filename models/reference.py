@@ -113,6 +113,11 @@ def _is_checkpoint_owner(owner: Hashable) -> bool:
     return isinstance(owner, tuple) and len(owner) == 2 and owner[0] == CHECKPOINT_OWNER
 
 
+def _free_slots(scratch: object) -> frozenset[int] | None:
+    free = getattr(scratch, "free_slots", None)
+    return None if free is None else frozenset(free)
+
+
 def _need_transfer_owner(owner: Hashable) -> None:
     if owner is None:
         raise InvalidArgumentError("a transfer reservation needs an owner, got None")
@@ -244,6 +249,10 @@ class UnitPool:
         """
         self._need_unit(unit)
         return unit in self._dirty
+
+    def cached_units(self) -> tuple[tuple[int, int], ...]:
+        """Cached KV units: none (the reference pool caches no KV)."""
+        return ()
 
     def dirty_units(self) -> frozenset[int]:
         """Every dirty unit."""
@@ -1078,6 +1087,7 @@ class PageUnitCheckpointStore(_Stepper):
             free=free,
             dirty=dirty,
             tags=tags,
+            cached=self.pool.cached_units(),
             records={
                 c: RecordView(r.prefix_hash, r.unit_ids, r.phase, r.pin_count)
                 for c, r in self.records.items()
@@ -1102,7 +1112,9 @@ class PageUnitCheckpointStore(_Stepper):
             forfeit_watermark=self._forfeit_watermark,
             forfeit_bound=self._forfeit_bound,
             generation=self.generation,
+            changes=tuple(self._changes),
             next_checkpoint_id=self._next_checkpoint_id,
+            next_lease_id=self._next_lease_id,
             offload_generation=self._offload_generation,
             evictions=self.evictions,
             offload_pins_reclaimed=self.offload_pins_reclaimed,
@@ -1657,4 +1669,5 @@ class PagedStateCheckpointCoordinator(_Stepper):
             checkpoints_kept=self.checkpoints_kept,
             checkpoints_dropped=self.checkpoints_dropped,
             checkpoints_orphaned=self.checkpoints_orphaned,
+            scratch_free=_free_slots(self._scratch),
         )
