@@ -792,7 +792,7 @@ class ConformanceMachine(RuleBasedStateMachine):
         problems = check_invariants(after_sut)
         if problems:
             self._fail(what, "invariants broken: " + "; ".join(f"{n}: {p}" for n, p in problems))
-        steps = _step_problems(before_sut, after_sut)
+        steps = check_step_invariants(before_sut, after_sut)
         if steps:
             self._fail(what, "step invariants broken: " + "; ".join(f"{n}: {p}" for n, p in steps))
         if ref_side.slots is not None and sut_side.slots is not None:
@@ -1440,17 +1440,6 @@ def _event(label: str) -> None:
     # nothing to record statistics in.
     if currently_in_test_context():
         event(label)
-
-
-def _step_problems(before: Snapshot, after: Snapshot) -> list[tuple[str, str]]:
-    """:func:`check_step_invariants`, less one known conflict in ``spec/``: switching the
-    sink off (``attach_offload(None)`` or ``sink=False``) must empty the backlog (C16,
-    ``backlog_bound``), which ``nominations_accounted`` does not list as a way out of it.
-    Such a call is exempt from ``nominations_accounted`` only."""
-    problems = check_step_invariants(before, after)
-    if before.offload_sink and not after.offload_sink and not after.offload_ready:
-        problems = [(n, p) for n, p in problems if n != "nominations_accounted"]
-    return problems
 
 
 def _call_coord(name: str, *args: Any) -> Callable[[_Side], Any]:

@@ -596,10 +596,12 @@ def dirty_marking(a: Snapshot, b: Snapshot) -> list[str]:
 
 def nominations_accounted(a: Snapshot, b: Snapshot) -> list[str]:
     """SPEC B.4: a nomination leaves the backlog only by being handed out (a new offload op
-    for its record), as a spent entry (its record is no longer READY), or by overflow
-    (counted). A deferred nomination is never lost."""
+    for its record), as a spent entry (its record is no longer READY), by overflow
+    (counted), or because the sink is off after the call (C16: no sink, no nominations;
+    switching it off drops the whole backlog, which :func:`backlog_bound` checks). A
+    deferred nomination is never lost while the sink stays on."""
     left = Counter(a.offload_ready) - Counter(b.offload_ready)
-    if not left:
+    if not left or not b.offload_sink:
         return []
     handed = Counter(
         p.checkpoint_id for op, p in b.offload_pins.items() if op not in a.offload_pins

@@ -1,17 +1,19 @@
-"""The snapshot's fields and invariants added for issue 3 (item 6): what a refused call must
-leave alone is visible in ``snapshot()``."""
+"""The snapshot's fields and invariants added for issue 3 (items 6 and 7): what a refused
+call must leave alone is visible in ``snapshot()``, and the step invariant on nominations
+handles the offload sink being switched off."""
 
 from __future__ import annotations
 
 import attrs
 import pytest
-from conftest import Seq, ready, spec
+from conftest import FakeOffload, Seq, ready, spec
 
 from pagedstate import impl as I
 from pagedstate.models import reference as R
 from pagedstate.spec import check_invariants, check_step_invariants
 from pagedstate.spec.snapshot import (
     identities_ahead,
+    nominations_accounted,
     scratch_disjoint,
     unit_conservation,
 )
@@ -89,3 +91,33 @@ def test_new_state_invariants_catch_inconsistent_snapshots():
                                          scratch_free=None)) == []
     lease_back = attrs.evolve(s, next_lease_id=3)
     assert [n for n, _ in check_step_invariants(lease_back, s)] == ["monotone_identities"]
+
+
+@pytest.mark.parametrize("M", MODELS)
+@pytest.mark.parametrize("how", ["detach", "load_only"])
+def test_switching_the_sink_off_accounts_for_the_dropped_backlog(M, how):
+    """C16: no sink, no nominations: switching the sink off empties the backlog, and
+    ``nominations_accounted`` counts that as a way out (the conformance kit used to exempt
+    such calls from the invariant instead)."""
+    c = _coord(M, offload=FakeOffload())
+    ready(c.store, 101)
+    ready(c.store, 202)
+    before = c.snapshot()
+    assert before.offload_sink and before.offload_ready
+    if how == "detach":
+        c.attach_offload(None)
+    else:
+        c.attach_offload(FakeOffload(), sink=False)
+    after = c.snapshot()
+    assert not after.offload_sink and after.offload_ready == ()
+    assert nominations_accounted(before, after) == []
+    assert check_step_invariants(before, after) == []
+    assert check_invariants(after) == []
+
+
+def test_a_nomination_lost_while_the_sink_stays_on_is_still_reported():
+    c = _coord(R, offload=FakeOffload())
+    ready(c.store, 101)
+    before = c.snapshot()
+    after = attrs.evolve(before, offload_ready=())
+    assert nominations_accounted(before, after) != []
