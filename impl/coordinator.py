@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pagedstate.spec import tables as T
 from pagedstate.spec.errors import (
@@ -749,3 +749,12 @@ class PagedStateCheckpointCoordinator:
             checkpoints_orphaned=self.checkpoints_orphaned,
             scratch_free=_free_slots(self._scratch),
         )
+
+
+if TYPE_CHECKING:
+    from pagedstate.spec.protocols import CoordinatorProtocol
+
+    def _is_a_coordinator(c: PagedStateCheckpointCoordinator) -> CoordinatorProtocol:
+        """mypy checks that the production coordinator (with its store and pool) has the
+        whole surface :class:`CoordinatorProtocol` promises engines."""
+        return c

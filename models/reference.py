@@ -18,7 +18,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pagedstate.spec import tables as T
 from pagedstate.spec.changelog import changed_since as _changed_since
@@ -1671,3 +1671,12 @@ class PagedStateCheckpointCoordinator(_Stepper):
             checkpoints_orphaned=self.checkpoints_orphaned,
             scratch_free=_free_slots(self._scratch),
         )
+
+
+if TYPE_CHECKING:
+    from pagedstate.spec.protocols import CoordinatorProtocol
+
+    def _is_a_coordinator(c: PagedStateCheckpointCoordinator) -> CoordinatorProtocol:
+        """mypy checks that the reference coordinator (with its store and pool) has the
+        whole surface :class:`CoordinatorProtocol` promises engines."""
+        return c
