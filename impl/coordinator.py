@@ -23,11 +23,16 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pagedstate.spec import tables as T
-from pagedstate.spec.errors import InvalidArgumentError, UnknownOperationError
-from pagedstate.spec.sequences import sequence_slot
+from pagedstate.spec.errors import (
+    EvictionCallbackError,
+    InvalidArgumentError,
+    StaleReservationError,
+    UnknownOperationError,
+)
+from pagedstate.spec.sequences import need_sequence, sequence_slot
 from pagedstate.spec.snapshot import Snapshot
 from pagedstate.spec.types import (
     TRANSFER_OWNER,
@@ -40,7 +45,7 @@ from pagedstate.spec.types import (
     SuspendedCheckpointRestore,
 )
 
-from ._args import is_int, need_int
+from ._args import is_int, need_hashable, need_int
 from .pool import UnitPool
 from .store import (
     DEFAULT_CHANGE_LOG_SIZE,
@@ -49,12 +54,24 @@ from .store import (
     PageUnitCheckpointStore,
     RowSink,
     TransitionHook,
+    _as_store,
     _deferring,
 )
 
 __all__ = ["PagedStateCheckpointCoordinator"]
 
 _PendingKey = tuple[int, int]
+
+
+def _need_transfer_owner(owner: Hashable) -> None:
+    if owner is None:
+        raise InvalidArgumentError("a transfer reservation needs an owner, got None")
+    need_hashable("owner", owner)
+
+
+def _free_slots(scratch: object) -> frozenset[int] | None:
+    free = getattr(scratch, "free_slots", None)
+    return None if free is None else frozenset(free)
 
 
 class PagedStateCheckpointCoordinator:
@@ -108,7 +125,8 @@ class PagedStateCheckpointCoordinator:
         )
         self._scratch: ScratchSlotPool | None = None
         self._max_ops_per_batch = 0
-        self._scratch_reserved: set[int] = set()
+        # Outstanding scratch reservations: slot -> (pos, h) of the triple handed out.
+        self._scratch_reserved: dict[int, tuple[int, int]] = {}
         # Queued scratch stores: slot -> hash, in queue order; and the slots per hash.
         self._scratch_queued: OrderedDict[int, int] = OrderedDict()
         self._scratch_by_hash: dict[int, dict[int, None]] = {}
@@ -150,7 +168,7 @@ class PagedStateCheckpointCoordinator:
         c.store = self.store.clone()
         if self._scratch is not None:
             c._scratch = self._scratch.clone()  # type: ignore[attr-defined]
-        c._scratch_reserved = set(self._scratch_reserved)
+        c._scratch_reserved = dict(self._scratch_reserved)
         c._scratch_queued = OrderedDict(self._scratch_queued)
         c._scratch_by_hash = {h: dict(s) for h, s in self._scratch_by_hash.items()}
         c._scratch_issued = list(self._scratch_issued)
@@ -167,7 +185,13 @@ class PagedStateCheckpointCoordinator:
         return self.store.pool
 
     def applies(self, seq: SequenceLike) -> bool:
-        """Whether checkpoints apply to ``seq`` at all. O(1)."""
+        """Whether checkpoints apply to ``seq`` at all. O(1).
+
+        Raises:
+            InvalidArgumentError: ``seq`` is not a sequence (an int ``state_slot`` and a
+                ``has_per_req_cache``), as for every call taking one.
+        """
+        need_sequence(seq)
         return self.enabled and bool(seq.has_per_req_cache)
 
     def _took(self, table: T.Table, row: T.Row, subject: object) -> None:
@@ -180,9 +204,14 @@ class PagedStateCheckpointCoordinator:
         (``checkpoint_copy_ops_per_batch(max_num_seqs)``). O(1).
 
         Raises:
-            InvalidArgumentError: ``max_ops_per_batch`` is not a non-negative int.
+            InvalidArgumentError: ``max_ops_per_batch`` is not a non-negative int, or
+                ``slot_pool`` lacks ``has_free``, ``pop`` or ``release``.
         """
         need_int("max_ops_per_batch", max_ops_per_batch, 0)
+        if not isinstance(slot_pool, ScratchSlotPool):
+            raise InvalidArgumentError(
+                f"slot_pool must offer has_free, pop and release, got {slot_pool!r}"
+            )
         self._scratch = slot_pool
         self._max_ops_per_batch = max_ops_per_batch
 
@@ -194,13 +223,21 @@ class PagedStateCheckpointCoordinator:
         free slot. Hashes already queued, READY or pending are skipped. O(len(positions)).
 
         Raises:
-            InvalidArgumentError: a position is not an ``(int, int)`` pair.
+            InvalidArgumentError: ``positions`` is not a list or tuple of ``(int, int)``
+                pairs, or ``seq`` is not a sequence.
         """
+        if not isinstance(positions, (list, tuple)):
+            raise InvalidArgumentError(
+                f"positions must be a list or tuple of (int, int) pairs, got {positions!r}"
+            )
         for item in positions:
             if not (isinstance(item, tuple) and len(item) == 2 and all(map(is_int, item))):
                 raise InvalidArgumentError(f"positions must be (int, int) pairs, got {item!r}")
+        need_sequence(seq)
         scratch = self._scratch
-        if not (self.readable_midstep and self.applies(seq)) or scratch is None:
+        if not (self.readable_midstep and self.enabled and seq.has_per_req_cache):
+            return []
+        if scratch is None:
             return []
         queued = self._scratch_by_hash
         store = self.store
@@ -213,35 +250,50 @@ class PagedStateCheckpointCoordinator:
                 break
             row = T.SCRATCH.step(T.FREE, "reserve")
             slot = scratch.pop()
-            self._scratch_reserved.add(slot)
+            self._scratch_reserved[slot] = (pos, h)
             out.append((slot, pos, h))
             self._took(T.SCRATCH, row, slot)
         return out
 
     def _need_reservations(self, reservations: list[tuple[int, int, int]]) -> None:
+        if not isinstance(reservations, (list, tuple)):
+            raise InvalidArgumentError(
+                f"reservations must be a list or tuple of (slot, pos, h), got {reservations!r}"
+            )
         slots = []
         for r in reservations:
-            if not (isinstance(r, tuple) and len(r) == 3):
-                raise InvalidArgumentError(f"a reservation is (slot, pos, h), got {r!r}")
+            if not (isinstance(r, tuple) and len(r) == 3 and all(map(is_int, r))):
+                raise InvalidArgumentError(f"a reservation is (slot, pos, h) of ints, got {r!r}")
             slots.append(r[0])
-        if len(set(slots)) != len(slots) or not set(slots) <= self._scratch_reserved:
+        reserved = self._scratch_reserved
+        if len(set(slots)) != len(slots) or not set(slots) <= reserved.keys():
             raise UnknownOperationError(
                 f"scratch slots {slots} are not all outstanding reservations of this coordinator"
             )
+        for slot, pos, h in reservations:
+            if reserved[slot] != (pos, h):
+                raise StaleReservationError(
+                    f"scratch slot {slot} is reserved as {(slot, *reserved[slot])},"
+                    f" not {(slot, pos, h)}: that reservation is stale (already published or"
+                    " cancelled, and the slot lent again); use the triple the latest"
+                    " reserve_midstep returned"
+                )
 
     def publish_midstep(self, reservations: list[tuple[int, int, int]], seq: object = None) -> None:
         """The forward wrote the scratch slots: queue ``(h, slot)`` for the next drain.
         O(len(reservations)).
 
         Raises:
-            InvalidArgumentError: a reservation is not a ``(slot, pos, h)`` triple.
+            InvalidArgumentError: not a list or tuple of ``(slot, pos, h)`` int triples.
             UnknownOperationError: a slot is not an outstanding reservation, or repeats.
+            StaleReservationError: a triple is not the one outstanding for its slot (an
+                earlier reservation of a slot lent again).
         """
         del seq
         self._need_reservations(reservations)
         row = T.SCRATCH.step(T.S_RESERVED, "publish")
         for slot, _pos, h in reservations:
-            self._scratch_reserved.discard(slot)
+            del self._scratch_reserved[slot]
             self._scratch_queued[slot] = h
             self._scratch_by_hash.setdefault(h, {})[slot] = None
             self._took(T.SCRATCH, row, slot)
@@ -250,7 +302,8 @@ class PagedStateCheckpointCoordinator:
         """The forward never ran: return the scratch slots. O(len(reservations)).
 
         Raises:
-            InvalidArgumentError, UnknownOperationError: as :meth:`publish_midstep`.
+            InvalidArgumentError, UnknownOperationError, StaleReservationError: as
+                :meth:`publish_midstep`.
         """
         self._need_reservations(reservations)
         if not reservations:
@@ -259,7 +312,7 @@ class PagedStateCheckpointCoordinator:
         scratch = self._scratch
         assert scratch is not None
         for slot, _pos, _h in reservations:
-            self._scratch_reserved.discard(slot)
+            del self._scratch_reserved[slot]
             scratch.release(slot)
             self._took(T.SCRATCH, row, slot)
 
@@ -311,13 +364,23 @@ class PagedStateCheckpointCoordinator:
         lookup per block scanned, newest first.
 
         Raises:
-            InvalidArgumentError: ``hit`` negative or beyond ``len(block_hashes)``.
+            InvalidArgumentError: ``hit`` negative or beyond ``len(block_hashes)``;
+                ``block_hashes`` not a list or tuple, or one of its first ``hit`` entries
+                not an int; ``seq`` not a sequence.
         """
         if type(hit) is not int or hit < 0:
             need_int("hit", hit, 0)
+        if not isinstance(block_hashes, (list, tuple)):
+            raise InvalidArgumentError(
+                f"block_hashes must be a list or tuple of ints, got {type(block_hashes)!r}"
+            )
         if hit > len(block_hashes):
             raise InvalidArgumentError(f"hit {hit} exceeds the {len(block_hashes)} block hashes")
-        if not self.applies(seq):
+        for h in block_hashes[:hit]:
+            if type(h) is not int and not is_int(h):
+                raise InvalidArgumentError(f"a block hash must be an int, got {h!r}")
+        need_sequence(seq)
+        if not (self.enabled and seq.has_per_req_cache):
             return hit
         for i in range(hit - 1, -1, -1):
             if assume_checkpointed or self._reachable(block_hashes[i]):
@@ -348,13 +411,14 @@ class PagedStateCheckpointCoordinator:
         (G1). Ignored when checkpoints do not apply or ``seq.state_slot < 0``. O(1).
 
         Raises:
-            InvalidArgumentError: ``boundary_blocks`` not an int >= 0 or ``h`` not an int.
+            InvalidArgumentError: ``boundary_blocks`` not an int >= 0, ``h`` not an int, or
+                ``seq`` not a sequence.
         """
         if type(boundary_blocks) is not int or boundary_blocks < 0:
             need_int("boundary_blocks", boundary_blocks, 0)
         if type(h) is not int:
             need_int("h", h)
-        if not self.applies(seq) or sequence_slot(seq) < 0:
+        if need_sequence(seq) < 0 or not (self.enabled and seq.has_per_req_cache):
             return
         sid = id(seq)
         key = (sid, h)
@@ -373,10 +437,10 @@ class PagedStateCheckpointCoordinator:
         the queued restore into its slot. O(1).
 
         Raises:
-            InvalidArgumentError: ``seq.state_slot`` is non-negative but not an int (checked
-                before anything changes, G8).
+            InvalidArgumentError: ``seq`` is not a sequence (``state_slot`` not an int;
+                checked before anything changes, G8).
         """
-        slot = sequence_slot(seq)
+        slot = need_sequence(seq)
         old = self._pending_of_seq.get(id(seq))
         if old is not None:
             self._drop_pending(old)
@@ -462,18 +526,22 @@ class PagedStateCheckpointCoordinator:
     def reserve_transfer_units(self, owner: Hashable) -> tuple[int, ...] | None:
         """Reserve one image's units for an external load, tagged ``("state-transfer",
         owner)``. ``owner`` must include a generation. ``None`` for a duplicate active owner
-        or when no room can be made (evicting only unpinned READY records). The pool may
-        fire ``on_evict`` inside the reservation (SPEC A.4). O(1 + units + evictions).
+        or when no room can be made (evicting only unpinned READY records). O(1 + units +
+        evictions).
+
+        The reservation may overwrite cached KV blocks: the pool calls the engine's
+        ``on_evict`` once the reservation is filed (SPEC A.4). If a callback raises, the
+        reservation is undone (its units back where they were, cached blocks under their
+        hashes, nothing filed, no row taken) and :class:`EvictionCallbackError` is raised
+        from the callback's exception (G8). (A cached block is reused only when no vacant
+        unit is left, and then ``ensure_free_units`` evicted nothing, so nothing else moved.)
+        What the engine's callbacks did before raising is theirs.
 
         Raises:
             InvalidArgumentError: ``owner`` is None or unhashable.
+            EvictionCallbackError: ``on_evict`` raised; nothing changed (see above).
         """
-        if owner is None:
-            raise InvalidArgumentError("a transfer reservation needs an owner, got None")
-        try:
-            hash(owner)
-        except TypeError as exc:
-            raise InvalidArgumentError(f"owner must be hashable, got {owner!r}") from exc
+        _need_transfer_owner(owner)
         if owner in self._transfer_units:
             return None
         store = self.store
@@ -481,13 +549,27 @@ class PagedStateCheckpointCoordinator:
         if not store.ensure_free_units(u):
             return None
         row = T.TRANSFER.step(T.T_NONE, "reserve")
-        with _deferring(self.pool):
-            units = self.pool.reserve_units(u, (TRANSFER_OWNER, owner))
-            if units is None:
-                return None
-            held = tuple(units)
-            self._transfer_units[owner] = held
-            self._took(T.TRANSFER, row, owner)
+        pool = self.pool
+        tag = (TRANSFER_OWNER, owner)
+        held: tuple[int, ...] = ()
+        try:
+            with _deferring(pool, undo_on_error=True):
+                with _as_store(pool):
+                    units = pool.reserve_units(u, tag)
+                if units is None:
+                    return None
+                held = tuple(units)
+                self._transfer_units[owner] = held
+        except EvictionCallbackError:
+            # The pool undid the reservation unless a callback itself took it over (then
+            # the entry went with it, or stays with the units it still names).
+            if held and self._transfer_units.get(owner) == held and pool.owner_of(held[0]) != (
+                tag,
+                0,
+            ):
+                del self._transfer_units[owner]
+            raise
+        self._took(T.TRANSFER, row, owner)
         return held
 
     def release_transfer_units(self, owner: Hashable) -> None:
@@ -495,13 +577,15 @@ class PagedStateCheckpointCoordinator:
         O(units).
 
         Raises:
-            TypeError: ``owner`` is unhashable (as the reference).
+            InvalidArgumentError: ``owner`` is None or unhashable.
         """
+        _need_transfer_owner(owner)
         units = self._transfer_units.get(owner)
         if units is None:
             return
         row = T.TRANSFER.step(T.RESERVED, "release")
-        self.pool.release_units(units, (TRANSFER_OWNER, owner))
+        with _as_store(self.pool):
+            self.pool.release_units(units, (TRANSFER_OWNER, owner))
         del self._transfer_units[owner]
         self._took(T.TRANSFER, row, owner)
 
@@ -511,10 +595,12 @@ class PagedStateCheckpointCoordinator:
         reservation. The reservation is dropped only after adoption returned. O(units).
 
         Raises:
-            InvalidArgumentError: ``prefix_hash`` is not an int.
+            InvalidArgumentError: ``prefix_hash`` is not an int; ``owner`` is None or
+                unhashable.
         """
         if type(prefix_hash) is not int:
             need_int("prefix_hash", prefix_hash)
+        _need_transfer_owner(owner)
         units = self._transfer_units.get(owner)
         if units is None:
             return False
@@ -661,4 +747,14 @@ class PagedStateCheckpointCoordinator:
             checkpoints_kept=self.checkpoints_kept,
             checkpoints_dropped=self.checkpoints_dropped,
             checkpoints_orphaned=self.checkpoints_orphaned,
+            scratch_free=_free_slots(self._scratch),
         )
+
+
+if TYPE_CHECKING:
+    from pagedstate.spec.protocols import CoordinatorProtocol
+
+    def _is_a_coordinator(c: PagedStateCheckpointCoordinator) -> CoordinatorProtocol:
+        """mypy checks that the production coordinator (with its store and pool) has the
+        whole surface :class:`CoordinatorProtocol` promises engines."""
+        return c

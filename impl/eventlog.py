@@ -63,6 +63,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import IO, Any
 
+import attrs
+
 from pagedstate.spec import tables as T
 from pagedstate.spec.errors import InvalidArgumentError
 from pagedstate.spec.wire import (
@@ -482,8 +484,9 @@ def _fresh(c: PagedStateCheckpointCoordinator) -> bool:
         change_log_size=store._change_log_size,
     )
     twin.store.offload_sink = store.offload_sink
+    # The twin has no scratch pool attached; whether ``c`` has one is not state.
     return (
-        c.snapshot() == twin.snapshot()
+        attrs.evolve(c.snapshot(), scratch_free=None) == twin.snapshot()
         and store._next_lease_id == 0
         and getattr(pool, "num_cached", 0) == 0
     )
@@ -626,6 +629,7 @@ def _wrap(
     drain = name == "take_checkpoint_ops"
     external, ext_param = _EXTERNAL_ARGS.get(name, (None, ""))
     frames = log._frames
+    pool = c.store.pool if on_pool else None
 
     def pop(frame: _Frame) -> None:
         if frames and frames[-1] is frame:
@@ -633,9 +637,14 @@ def _wrap(
 
     def logged(*args: Any, **kwargs: Any) -> Any:
         depth = len(frames)
-        if (depth and passthrough_nested) or log.stopped is not None:
-            # The store or coordinator calling its own pool, or ``applies`` from inside a
-            # coordinator call: an effect of the logged call, not a call of the engine's.
+        if (
+            (depth and passthrough_nested)
+            or log.stopped is not None
+            or (pool is not None and getattr(pool, "_store_calls", 0))
+        ):
+            # The store or coordinator calling its own pool (inside a logged call, or the
+            # store called directly: its rows are flagged "outside"), or ``applies`` from
+            # inside a coordinator call: an effect of a call, not a call of the engine's.
             return fn(*args, **kwargs)
         seq_id = log._seq_ids
         enc_args = [encode(a, seq_id) for a in args]

@@ -51,6 +51,18 @@ every invariant holds again. A pool without ``deferred_evictions`` (an engine's 
 inside ``reserve_units``; the store tolerates that too (its checkpoint id is taken before the
 reservation, so a nested store cannot reuse it).
 
+A callback that raises: ``reserve_units`` (outside any deferral block) and the
+coordinator's ``reserve_transfer_units`` undo the reservation that fired it (its units go
+back exactly where they were, cached KV blocks under their hashes in their LRU places) and
+raise :class:`~pagedstate.spec.errors.EvictionCallbackError` from the callback's exception
+(SPEC G8). What the callbacks did before raising is the engine's own and stays.
+
+Store owners (SPEC A.3): units tagged ``("state-checkpoint", cid)`` or ``("state-transfer",
+owner)`` belong to the store and coordinator. ``reserve_units``, ``release_units``,
+``rekey_units``, ``cache_units`` and ``claim_cached_units`` naming such an owner raise
+:class:`~pagedstate.spec.errors.StoreOwnedUnitsError` unless the store itself is calling
+(it calls inside ``with pool._as_store():``); an engine cannot free or retag a live image.
+
 Dirty units (SPEC G10): a unit released from a checkpoint or a transfer reservation still
 holds raw state bytes; it is *dirty* until the executor scrubs it and calls
 :meth:`UnitPool.mark_clean`. A dirty unit stays dirty while free or reserved.
@@ -71,12 +83,15 @@ from typing import Any, Protocol, runtime_checkable
 
 from pagedstate.spec.errors import (
     DuplicateUnitError,
+    EvictionCallbackError,
     InvalidArgumentError,
     PartialReleaseError,
+    StoreOwnedUnitsError,
     WrongOwnerError,
 )
+from pagedstate.spec.types import CHECKPOINT_OWNER, TRANSFER_OWNER
 
-from ._args import is_dirtying, is_int, need_int
+from ._args import is_dirtying, is_int, need_hashable, need_int, store_owned_message
 
 __all__ = ["UnitPool", "SlotPool", "KVBlockPool", "EvictionCallback"]
 
@@ -86,6 +101,9 @@ _SMALL = 8
 
 #: ``on_evict(prefix_hash)``: a reservation overwrote the cached KV block of ``prefix_hash``.
 EvictionCallback = Callable[[int], None]
+
+#: The owner kinds that belong to the store (SPEC A.3): ``(kind, ident)`` owners.
+_STORE_KINDS = (CHECKPOINT_OWNER, TRANSFER_OWNER)
 
 
 @runtime_checkable
@@ -174,9 +192,14 @@ class UnitPool:
         # Units held per (hashable) owner: the whole-reservation check of G9 without a walk.
         self._held: dict[Hashable, int] = {}
         self._dirty: set[int] = set()
-        # Eviction callbacks held by deferred_evictions() blocks (nesting depth, hashes).
+        # Eviction callbacks held by deferred_evictions() blocks (nesting depth, hashes), and
+        # what undoes each reservation that fired them (see _unreserve).
         self._defer = 0
         self._deferred: list[int] = []
+        self._undo: list[_UndoRecord] = []
+        # Depth of _as_store() blocks: store owners are accepted only inside one.
+        self._store_calls = 0
+        self._store_access = _StoreAccess(self)
 
     def clone(self) -> UnitPool:
         """A deep copy sharing nothing mutable (``on_evict`` is shared). O(num_units)."""
@@ -188,6 +211,8 @@ class UnitPool:
         c._held = dict(self._held)
         c._dirty = set(self._dirty)
         c._deferred = list(self._deferred)
+        c._undo = list(self._undo)
+        c._store_access = _StoreAccess(c)
         return c
 
     # -- reading ------------------------------------------------------------------------
@@ -203,23 +228,52 @@ class UnitPool:
         return len(self._cached)
 
     def has_free(self, n: int) -> bool:
-        """Whether at least ``n`` units are free. O(1)."""
+        """Whether at least ``n`` units are free. O(1).
+
+        Raises:
+            InvalidArgumentError: ``n`` is not a non-negative int.
+        """
+        if type(n) is not int or n < 0:
+            need_int("n", n, 0)
         return len(self._vacant) + len(self._cached) >= n
 
+    def _need_unit(self, unit: int) -> None:
+        if type(unit) is not int or unit < 0:
+            need_int("unit id", unit, 0)
+        if unit >= self.num_units:
+            raise InvalidArgumentError(f"unit {unit} is outside the pool of {self.num_units}")
+
     def owner_of(self, unit: int) -> tuple[Hashable, int] | None:
-        """``(owner, piece)`` of a reserved unit, ``None`` for a free one or an id outside
-        the pool. O(1)."""
-        if type(unit) is int and 0 <= unit < self.num_units:
-            return self._tags[unit]
-        return None
+        """``(owner, piece)`` of a reserved unit, ``None`` for a free one. O(1).
+
+        Raises:
+            InvalidArgumentError: ``unit`` is not an int in ``[0, num_units)``.
+        """
+        self._need_unit(unit)
+        return self._tags[unit]
 
     def cached_hash(self, unit: int) -> int | None:
-        """The prefix hash a cached free unit holds, ``None`` otherwise. O(1)."""
+        """The prefix hash a cached free unit holds, ``None`` otherwise. O(1).
+
+        Raises:
+            InvalidArgumentError: ``unit`` is not an int in ``[0, num_units)``.
+        """
+        self._need_unit(unit)
         return self._cached.get(unit)
+
+    def cached_units(self) -> tuple[tuple[int, int], ...]:
+        """``(unit, prefix_hash)`` of every cached free unit, least recently cached (next to
+        be reused) first. O(cached)."""
+        return tuple(self._cached.items())
 
     def is_dirty(self, unit: int) -> bool:
         """Whether ``unit`` last held checkpoint or transfer bytes and was not scrubbed
-        since (G10). O(1)."""
+        since (G10). O(1).
+
+        Raises:
+            InvalidArgumentError: ``unit`` is not an int in ``[0, num_units)``.
+        """
+        self._need_unit(unit)
         return unit in self._dirty
 
     def dirty_units(self) -> frozenset[int]:
@@ -255,10 +309,41 @@ class UnitPool:
         else:
             self._held.pop(owner, None)
 
+    def _as_store(self) -> _StoreAccess:
+        """The store (or coordinator) is calling: store owners are accepted inside the block
+        (module docstring). Not for engines. O(1)."""
+        return self._store_access
+
+    def _need_owner(self, name: str, owner: Hashable) -> None:
+        """``owner`` is hashable and, unless the store is calling, not a store owner (the
+        same test is inlined in ``reserve_units`` and ``_validate_whole``)."""
+        try:
+            hash(owner)
+        except Exception:
+            need_hashable(name, owner)
+        if (
+            isinstance(owner, tuple)
+            and len(owner) == 2
+            and owner[0] in _STORE_KINDS
+            and not self._store_calls
+        ):
+            raise StoreOwnedUnitsError(store_owned_message(owner))
+
     def _validate_whole(self, unit_ids: Any, owner: Hashable) -> tuple[int, ...]:
         ids = _ids_list(unit_ids)
         if owner is None:
             raise InvalidArgumentError("owner must not be None")
+        try:
+            hash(owner)
+        except Exception:
+            need_hashable("owner", owner)
+        if (
+            isinstance(owner, tuple)
+            and len(owner) == 2
+            and owner[0] in _STORE_KINDS
+            and not self._store_calls
+        ):
+            raise StoreOwnedUnitsError(store_owned_message(owner))
         tags = self._tags
         n = self.num_units
         for piece, u in enumerate(ids):
@@ -282,9 +367,15 @@ class UnitPool:
         """Record that the executor scrubbed these units (G10). O(k).
 
         Raises:
-            InvalidArgumentError: an id is not an int in ``[0, num_units)``.
+            InvalidArgumentError: ``unit_ids`` is not iterable, or an id is not an int in
+                ``[0, num_units)``.
         """
-        ids = list(unit_ids)
+        try:
+            ids = list(unit_ids)
+        except TypeError as exc:
+            raise InvalidArgumentError(
+                f"unit_ids must be an iterable of unit ids, got {unit_ids!r}"
+            ) from exc
         for u in ids:
             if type(u) is not int or u < 0:
                 need_int("unit id", u, 0)
@@ -297,23 +388,41 @@ class UnitPool:
 
         Vacant units go first, lowest id first; then cached KV units, least recently cached
         first, each firing ``on_evict(prefix_hash)`` once the whole reservation is tagged
-        (SPEC A.4; an exception from the callback propagates after every callback ran).
-        ``None``, with nothing changed, when fewer than ``count`` units are free; ``[]`` for
-        ``count == 0``. O(count log num_units).
+        (SPEC A.4). ``None``, with nothing changed, when fewer than ``count`` units are free;
+        ``[]`` for ``count == 0``. O(count log num_units).
 
         Raises:
-            InvalidArgumentError: ``count`` is not a non-negative int, or ``owner`` is None.
+            InvalidArgumentError: ``count`` is not a non-negative int, or ``owner`` is None
+                or unhashable.
+            StoreOwnedUnitsError: ``owner`` is a store owner and the store is not calling.
+            EvictionCallbackError: ``on_evict`` raised (after every callback ran); outside
+                a ``deferred_evictions()`` block the reservation is undone first, so nothing
+                changed (what the callbacks did is the engine's).
         """
         if type(count) is not int or count < 0:
             need_int("count", count, 0)
         if owner is None:
             raise InvalidArgumentError("a reservation needs an owner, got None")
+        try:
+            hash(owner)
+        except Exception:
+            need_hashable("owner", owner)
+        if (
+            isinstance(owner, tuple)
+            and len(owner) == 2
+            and owner[0] in _STORE_KINDS
+            and not self._store_calls
+        ):
+            raise StoreOwnedUnitsError(store_owned_message(owner))
         vacant = self._vacant
         cached = self._cached
         if len(vacant) + len(cached) < count:
             return None
         if count == 0:
             return []
+        # Cached units will be taken (and callbacks fire): keep the vacant heap, which the
+        # reservation empties, to undo it exactly if a callback raises.
+        before = list(vacant) if count > len(vacant) else None
         tags = self._tags
         evicted: list[int] = []
         if count <= _SMALL and len(vacant) >= count:
@@ -333,31 +442,70 @@ class UnitPool:
             deque(map(tags.__setitem__, units, zip(repeat(owner), range(count))), 0)
         self._add_held(owner, count)
         if evicted and self.on_evict is not None:
+            undo = (units, owner, before, evicted)
             if self._defer:
                 self._deferred.extend(evicted)
+                self._undo.append(undo)
             else:
-                self._fire(evicted)
+                failed = self._fire(evicted)
+                if failed is not None:
+                    raise _callback_error(failed, self._unreserve(undo)) from failed[1]
         return units
 
-    def deferred_evictions(self) -> _Deferral:
+    def deferred_evictions(self, *, undo_on_error: bool = False) -> _Deferral:
         """A context manager holding ``on_evict`` callbacks of reservations made inside it
         until the outermost such block exits (then they fire in order, even if the block
         raised). The store and coordinator reserve inside one, so the engine's re-entrant
-        ``unindex`` finds them consistent. O(1) (+ the callbacks)."""
-        return _Deferral(self)
+        ``unindex`` finds them consistent. O(1) (+ the callbacks).
 
-    def _fire(self, evicted: list[int]) -> None:
+        If a callback raises, the exit raises
+        :class:`~pagedstate.spec.errors.EvictionCallbackError` after every callback ran.
+        With ``undo_on_error`` (on the outermost block, when the block itself completed),
+        the reservations made in the block are undone first (the caller then drops what it
+        filed); otherwise they stand."""
+        return _Deferral(self, undo_on_error)
+
+    def _fire(self, evicted: list[int]) -> tuple[int, Exception] | None:
+        """Call ``on_evict`` for each hash, in order; the first failure, if any, after
+        every callback ran. Store owners are not accepted inside a callback."""
         hook = self.on_evict
         assert hook is not None
-        error: Exception | None = None
-        for h in evicted:
-            try:
-                hook(h)
-            except Exception as exc:  # re-raised after every callback ran
-                if error is None:
-                    error = exc
-        if error is not None:
-            raise error
+        failed: tuple[int, Exception] | None = None
+        trusted, self._store_calls = self._store_calls, 0
+        try:
+            for h in evicted:
+                try:
+                    hook(h)
+                except Exception as exc:  # reported after every callback ran
+                    if failed is None:
+                        failed = (h, exc)
+        finally:
+            self._store_calls = trusted
+        return failed
+
+    def _unreserve(self, undo: _UndoRecord) -> bool:
+        """Put a reservation's units back exactly where they were (vacant, or cached under
+        their hashes at the cold end of the LRU, in order). Only while every unit is still
+        tagged as reserved (a callback may have released or retagged them): returns whether
+        it undid anything. O(count log n)."""
+        units, owner, before, evicted = undo
+        tags = self._tags
+        if any(tags[u] != (owner, piece) for piece, u in enumerate(units)):
+            return False
+        for u in units:
+            tags[u] = None
+        self._add_held(owner, -len(units))
+        n_vacant = len(units) - len(evicted)
+        if before is not None and not self._vacant:
+            self._vacant = before  # untouched since: the exact heap
+        else:
+            for u in units[:n_vacant]:
+                heapq.heappush(self._vacant, u)
+        cached = self._cached
+        for u, h in zip(reversed(units[n_vacant:]), reversed(evicted), strict=True):
+            cached[u] = h
+            cached.move_to_end(u, last=False)
+        return True
 
     def release_units(self, unit_ids: Any, owner: Hashable) -> None:
         """Release a whole reservation, every unit in piece order (SPEC A.2, G9). The units
@@ -365,8 +513,9 @@ class UnitPool:
 
         Raises:
             InvalidArgumentError: ``unit_ids`` is not a list/tuple of non-negative ints, or
-                ``owner`` is None.
+                ``owner`` is None or unhashable.
             DuplicateUnitError: an id repeats.
+            StoreOwnedUnitsError: ``owner`` is a store owner and the store is not calling.
             WrongOwnerError: a unit is not tagged ``(owner, position)``.
             PartialReleaseError: the owner holds more units than named.
         """
@@ -391,7 +540,19 @@ class UnitPool:
         if type(unit_ids) is not list and type(unit_ids) is not tuple:
             return False
         n = len(unit_ids)
-        if owner is None or self._held_by(owner) != n:
+        if owner is None:
+            return False
+        if (
+            not self._store_calls
+            and type(owner) is tuple
+            and len(owner) == 2
+            and owner[0] in _STORE_KINDS
+        ):
+            return False  # refused by the slow path (StoreOwnedUnitsError)
+        try:
+            if self._held.get(owner, 0) != n:
+                return False
+        except Exception:  # unhashable, or a __hash__ that raises: the slow path names it
             return False
         tags = self._tags
         size = self.num_units
@@ -411,12 +572,15 @@ class UnitPool:
         never pass through the free list (SPEC A.2). O(k).
 
         Raises:
-            InvalidArgumentError: ``new_owner`` is None or already holds units; malformed ids.
+            InvalidArgumentError: ``new_owner`` is None, unhashable or already holds units;
+                malformed ids.
+            StoreOwnedUnitsError: either owner is a store owner and the store is not calling.
             DuplicateUnitError, WrongOwnerError, PartialReleaseError: as ``release_units``.
         """
         if new_owner is None:
             raise InvalidArgumentError("new_owner must not be None")
         ids = self._validate_whole(unit_ids, old_owner)
+        self._need_owner("new_owner", new_owner)
         if self._held_by(new_owner) > 0:
             raise InvalidArgumentError(f"owner {new_owner!r} already holds units")
         deque(map(self._tags.__setitem__, ids, zip(repeat(new_owner), range(len(ids)))), 0)
@@ -435,7 +599,8 @@ class UnitPool:
             InvalidArgumentError: ``prefix_hashes`` is not a list/tuple of ints or ``None``
                 of the same length; ``owner`` is a checkpoint or transfer owner (raw state
                 units hold no KV prefix); malformed ids or owner.
-            DuplicateUnitError, WrongOwnerError, PartialReleaseError: as ``release_units``.
+            DuplicateUnitError, StoreOwnedUnitsError, WrongOwnerError, PartialReleaseError:
+                as ``release_units``.
         """
         ids = self._validate_whole(unit_ids, owner)
         if is_dirtying(owner):
@@ -463,13 +628,15 @@ class UnitPool:
         tagged ``(owner, position)``; nothing fires (the content is reused). O(k).
 
         Raises:
-            InvalidArgumentError: a unit is not a cached free unit; ``owner`` is None;
-                malformed ids.
+            InvalidArgumentError: a unit is not a cached free unit; ``owner`` is None or
+                unhashable; malformed ids.
             DuplicateUnitError: an id repeats.
+            StoreOwnedUnitsError: ``owner`` is a store owner (the store claims no KV).
         """
         ids = _ids_list(unit_ids)
         if owner is None:
             raise InvalidArgumentError("a reservation needs an owner, got None")
+        self._need_owner("owner", owner)
         for u in ids:
             if u not in self._cached:
                 raise InvalidArgumentError(f"unit {u} is not a cached free unit")
@@ -494,8 +661,46 @@ class UnitPool:
             heapq.heappush(self._vacant, u)
 
 
+#: What undoes one reservation: its units (piece order), owner, the vacant heap before it
+#: (when it took cached units, so emptied the heap) and the hashes of the cached units it
+#: took (its last ``len(hashes)`` units, in order).
+_UndoRecord = tuple[list[int], Hashable, list[int] | None, list[int]]
+
+
+def _callback_error(failed: tuple[int, Exception], undone: bool) -> EvictionCallbackError:
+    h, exc = failed
+    return EvictionCallbackError(h, undone, f"{type(exc).__name__}: {exc}")
+
+
 class _Deferral:
     """``UnitPool.deferred_evictions()``: a re-entrant hold on eviction callbacks."""
+
+    __slots__ = ("_pool", "_undo_on_error")
+
+    def __init__(self, pool: UnitPool, undo_on_error: bool = False) -> None:
+        self._pool = pool
+        self._undo_on_error = undo_on_error
+
+    def __enter__(self) -> None:
+        self._pool._defer += 1
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        pool = self._pool
+        pool._defer -= 1
+        if pool._defer == 0 and pool._deferred:
+            evicted, pool._deferred = pool._deferred, []
+            undo, pool._undo = pool._undo, []
+            if pool.on_evict is not None:
+                failed = pool._fire(evicted)
+                if failed is not None:
+                    undone = False
+                    if self._undo_on_error and exc_type is None:
+                        undone = all([pool._unreserve(u) for u in reversed(undo)])
+                    raise _callback_error(failed, undone) from failed[1]
+
+
+class _StoreAccess:
+    """``UnitPool._as_store()``: the store is calling; store owners are accepted."""
 
     __slots__ = ("_pool",)
 
@@ -503,15 +708,10 @@ class _Deferral:
         self._pool = pool
 
     def __enter__(self) -> None:
-        self._pool._defer += 1
+        self._pool._store_calls += 1
 
     def __exit__(self, *exc: object) -> None:
-        pool = self._pool
-        pool._defer -= 1
-        if pool._defer == 0 and pool._deferred:
-            evicted, pool._deferred = pool._deferred, []
-            if pool.on_evict is not None:
-                pool._fire(evicted)
+        self._pool._store_calls -= 1
 
 
 class SlotPool:

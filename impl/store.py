@@ -66,6 +66,7 @@ from pagedstate.spec.errors import (
     PinUnderflowError,
     SlotBusyError,
     SourcePinLostError,
+    StoreOwnedUnitsError,
     UnknownOperationError,
 )
 from pagedstate.spec.guards import (
@@ -87,7 +88,7 @@ from pagedstate.spec.types import (
     SuspendedCheckpointRestore,
 )
 
-from ._args import need_int
+from ._args import is_checkpoint_owner, need_int, store_owned_message
 from .pool import UnitPool
 
 __all__ = [
@@ -151,10 +152,23 @@ class _OffloadPin:
         )
 
 
-def _deferring(pool: Any) -> AbstractContextManager[Any]:
+def _deferring(pool: Any, *, undo_on_error: bool = False) -> AbstractContextManager[Any]:
     """``pool.deferred_evictions()`` where the pool offers it (see :mod:`.pool`)."""
     defer = getattr(pool, "deferred_evictions", None)
-    return defer() if defer is not None else nullcontext()
+    if defer is None:
+        return nullcontext()
+    context: AbstractContextManager[Any] = defer(undo_on_error=True) if undo_on_error else defer()
+    return context
+
+
+def _as_store(pool: Any) -> AbstractContextManager[Any]:
+    """``pool._as_store()`` where the pool offers it: the store is calling, so the pool
+    accepts store owners (SPEC A.3; see :mod:`.pool`)."""
+    access = getattr(pool, "_as_store", None)
+    if access is None:
+        return nullcontext()
+    context: AbstractContextManager[Any] = access()
+    return context
 
 
 def _count_add(counts: dict[int, int], key: int, n: int) -> None:
@@ -297,7 +311,13 @@ class PageUnitCheckpointStore:
         return deque(self._offload_ready)
 
     def lookup(self, prefix_hash: int) -> int:
-        """The READY record's checkpoint id for ``prefix_hash``, or -1. O(1)."""
+        """The READY record's checkpoint id for ``prefix_hash``, or -1. O(1).
+
+        Raises:
+            InvalidArgumentError: ``prefix_hash`` is not an int.
+        """
+        if type(prefix_hash) is not int:
+            need_int("prefix_hash", prefix_hash)
         cid = self.hash_to_checkpoint.get(prefix_hash)
         if cid is None:
             return -1
@@ -307,11 +327,19 @@ class PageUnitCheckpointStore:
         return cid
 
     def contains(self, prefix_hash: int) -> bool:
-        """Whether a READY image of ``prefix_hash`` exists. O(1)."""
+        """Whether a READY image of ``prefix_hash`` exists. O(1).
+
+        Raises:
+            InvalidArgumentError: ``prefix_hash`` is not an int.
+        """
         return self.lookup(prefix_hash) >= 0
 
     def contains_or_pending(self, prefix_hash: int) -> bool:
-        """READY, or COPYING (a store is on its way). O(1)."""
+        """READY, or COPYING (a store is on its way). O(1).
+
+        Raises:
+            InvalidArgumentError: ``prefix_hash`` is not an int.
+        """
         return self.lookup(prefix_hash) >= 0 or prefix_hash in self._pending_by_hash
 
     def _is_evictable(self, cid: int, protected: int = -1) -> bool:
@@ -402,8 +430,7 @@ class PageUnitCheckpointStore:
         Raises:
             InvalidArgumentError: ``op`` is not a :class:`StateStoreOperationId`.
         """
-        if not isinstance(op, StateStoreOperationId):
-            raise InvalidArgumentError(f"op must be a StateStoreOperationId, got {op!r}")
+        self._need_op(op)
         return forfeit_untrusted(
             op in self._forfeited,
             op.generation,
@@ -496,7 +523,8 @@ class PageUnitCheckpointStore:
             del self.hash_to_checkpoint[h]
         if self._pending_by_hash.get(h) == cid:
             del self._pending_by_hash[h]
-        self.pool.release_units(rec.unit_ids, (CHECKPOINT_OWNER, cid))
+        with _as_store(self.pool):
+            self.pool.release_units(rec.unit_ids, (CHECKPOINT_OWNER, cid))
 
     def _pin(self, cid: int, kind: str) -> None:
         """Take a pin of ``kind`` (restore, offload, lease) through the record table; only a
@@ -612,7 +640,8 @@ class PageUnitCheckpointStore:
         cid = self._next_checkpoint_id
         self._next_checkpoint_id = cid + 1
         with _deferring(self.pool):
-            units = self.pool.reserve_units(u, (CHECKPOINT_OWNER, cid))
+            with _as_store(self.pool):
+                units = self.pool.reserve_units(u, (CHECKPOINT_OWNER, cid))
             if units is None:
                 # The pool refused before changing anything (no callback ran): the
                 # identity was not consumed.
@@ -754,6 +783,8 @@ class PageUnitCheckpointStore:
     def _live_lease(self, restore: SuspendedCheckpointRestore) -> tuple[int, CheckpointRestoreOp]:
         if not isinstance(restore, SuspendedCheckpointRestore):
             raise InvalidArgumentError(f"expected a SuspendedCheckpointRestore, got {restore!r}")
+        if type(restore.lease_id) is not int:
+            need_int("lease_id", restore.lease_id)
         entry = self._suspended.get(restore.lease_id)
         if entry is None:
             if 0 <= restore.lease_id < self._next_lease_id:
@@ -868,6 +899,8 @@ class PageUnitCheckpointStore:
 
         Raises:
             InvalidArgumentError: wrong unit count or argument types.
+            StoreOwnedUnitsError: ``owner`` is a checkpoint's own tag (its units are not
+                adoptable).
             WrongOwnerError, PartialReleaseError, DuplicateUnitError: the units are not
                 exactly ``owner``'s whole reservation.
         """
@@ -877,12 +910,16 @@ class PageUnitCheckpointStore:
             raise InvalidArgumentError(
                 f"adoption needs exactly {self._units} units, got {unit_ids!r}"
             )
+        if is_checkpoint_owner(owner):
+            raise StoreOwnedUnitsError(store_owned_message(owner))
         if self.contains_or_pending(prefix_hash):
-            self.pool.release_units(unit_ids, owner)
+            with _as_store(self.pool):
+                self.pool.release_units(unit_ids, owner)
             return False
         row = T.RECORD.step(T.ABSENT, "adopt")
         cid = self._next_checkpoint_id
-        self.pool.rekey_units(unit_ids, owner, (CHECKPOINT_OWNER, cid))
+        with _as_store(self.pool):
+            self.pool.rekey_units(unit_ids, owner, (CHECKPOINT_OWNER, cid))
         self._next_checkpoint_id += 1
         rec = _Record(prefix_hash, tuple(unit_ids), T.ABSENT)
         self.records[cid] = rec
@@ -993,6 +1030,8 @@ class PageUnitCheckpointStore:
     def _need_op(self, op: object) -> StateStoreOperationId:
         if not isinstance(op, StateStoreOperationId):
             raise InvalidArgumentError(f"op must be a StateStoreOperationId, got {op!r}")
+        if type(op.prefix_hash) is not int or type(op.generation) is not int:
+            raise InvalidArgumentError(f"an operation's fields must be ints, got {op!r}")
         return op
 
     def release_offload_store_source(self, op: StateStoreOperationId) -> None:
@@ -1091,13 +1130,16 @@ class PageUnitCheckpointStore:
     def snapshot(self, **coordinator_fields: Any) -> Snapshot:
         """Everything observable, as the spec's :class:`Snapshot` (a coordinator passes its
         own fields through ``coordinator_fields``). O(state)."""
-        free, dirty, tags = self.pool.snapshot_parts()
+        pool = self.pool
+        free, dirty, tags = pool.snapshot_parts()
+        cached_units = getattr(pool, "cached_units", None)
         return Snapshot(
-            num_units=self.pool.num_units,
+            num_units=pool.num_units,
             units_per_checkpoint=self._units,
             free=free,
             dirty=dirty,
             tags=tags,
+            cached=cached_units() if cached_units is not None else (),
             records={
                 c: RecordView(r.prefix_hash, r.unit_ids, r.phase, r.pin_count)
                 for c, r in self.records.items()
@@ -1122,7 +1164,9 @@ class PageUnitCheckpointStore:
             forfeit_watermark=self._forfeit_watermark,
             forfeit_bound=self._forfeit_bound,
             generation=self.generation,
+            changes=tuple(self._changes),
             next_checkpoint_id=self._next_checkpoint_id,
+            next_lease_id=self._next_lease_id,
             offload_generation=self._offload_generation,
             evictions=self.evictions,
             offload_pins_reclaimed=self.offload_pins_reclaimed,

@@ -453,6 +453,30 @@ def _release_transfer_partly(s: _Side, m: ConformanceMachine) -> Any:
     return s.pool.release_units([], (TRANSFER_OWNER, ("load", -1)))
 
 
+def _release_record_whole(s: _Side, m: ConformanceMachine) -> Any:
+    from pagedstate.spec.types import CHECKPOINT_OWNER
+
+    cid, units = _some_record_units(m)
+    return s.pool.release_units(list(units), (CHECKPOINT_OWNER, cid))
+
+
+def _stale_scratch(s: _Side, m: ConformanceMachine) -> Any:
+    for slot in sorted(m.snap_ref.scratch_reserved):
+        _slot, pos, h = m.scratch_latest[slot]
+        return s.coord.publish_midstep([(slot, pos + 1, h)])
+    return s.coord.publish_midstep([(999, 0, 1)])
+
+
+class _HostileOwner:
+    """An owner whose ``__hash__`` raises."""
+
+    def __hash__(self) -> int:
+        raise RuntimeError("hostile __hash__")
+
+    def __repr__(self) -> str:
+        return "_HostileOwner()"
+
+
 def _seq0(m: ConformanceMachine) -> KitSeq:
     return m.seqs[0]
 
@@ -509,6 +533,22 @@ BAD_INPUTS: Mapping[str, BadInput] = MappingProxyType(
         "attach_scratch_negative_budget": lambda s, m: s.coord.attach_midstep_scratch(
             SlotPool([]), -1
         ),
+        "contains_str": lambda s, m: s.coord.contains("1"),
+        "restore_queued_for_bool": lambda s, m: s.coord.restore_queued_for(True),
+        "applies_not_a_sequence": lambda s, m: s.coord.applies(object()),
+        "reserve_midstep_not_a_sequence": lambda s, m: s.coord.reserve_midstep(
+            object(), [(0, 1)]
+        ),
+        "resumable_hit_str_hash": lambda s, m: s.coord.resumable_hit(_seq0(m), 1, ["1"]),
+        "publish_stale_scratch": _stale_scratch,
+        "release_transfer_unhashable": lambda s, m: s.coord.release_transfer_units(["x"]),
+        "reserve_transfer_hostile": lambda s, m: s.coord.reserve_transfer_units(
+            _HostileOwner()
+        ),
+        "pool_reserve_hostile_owner": lambda s, m: s.pool.reserve_units(1, _HostileOwner()),
+        "pool_release_record_whole": _release_record_whole,
+        "pool_has_free_str": lambda s, m: s.pool.has_free("1"),
+        "pool_owner_of_str": lambda s, m: s.pool.owner_of("0"),
     }
 )
 
@@ -518,6 +558,7 @@ _STORE_BAD_INPUTS: Mapping[str, BadInput] = MappingProxyType(
         "changed_since_str": lambda s, m: s.store.changed_since("0"),
         "cancel_restore_str_slot": lambda s, m: s.store.cancel_queued_restore("0"),
         "lookup_str": lambda s, m: s.store.lookup("1"),
+        "contains_or_pending_list": lambda s, m: s.store.contains_or_pending([1]),
     }
 )
 
@@ -643,6 +684,9 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.kv_next = 0
         self.op_pairs: list[Pair] = []
         self.lease_pairs: list[Pair] = []
+        # The latest midstep reservation handed out per scratch slot (an older one for the
+        # same slot is stale once the slot was lent again).
+        self.scratch_latest: dict[int, tuple[int, int, int]] = {}
         self.transfer_next = 0
         self.max_pins = 0
         self.max_records = 0
@@ -748,7 +792,7 @@ class ConformanceMachine(RuleBasedStateMachine):
         problems = check_invariants(after_sut)
         if problems:
             self._fail(what, "invariants broken: " + "; ".join(f"{n}: {p}" for n, p in problems))
-        steps = _step_problems(before_sut, after_sut)
+        steps = check_step_invariants(before_sut, after_sut)
         if steps:
             self._fail(what, "step invariants broken: " + "; ".join(f"{n}: {p}" for n, p in steps))
         if ref_side.slots is not None and sut_side.slots is not None:
@@ -1224,6 +1268,8 @@ class ConformanceMachine(RuleBasedStateMachine):
         )
         if not (out.ok and out.ref):
             return multiple()
+        for triple in out.ref:
+            self.scratch_latest[triple[0]] = triple
         res = Pair(out.ref, out.sut)
         if then != "hold":
             method = f"{then}_midstep"
@@ -1232,7 +1278,8 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     @rule(res=scratch)
     def publish_midstep(self, res: Pair) -> None:
-        """The forward wrote the slots (a spent reservation raises UnknownOperationError)."""
+        """The forward wrote the slots (a spent reservation raises UnknownOperationError, or
+        StaleReservationError once its slot was lent again)."""
         self._both(
             "publish_midstep",
             f"publish_midstep({res.ref!r})",
@@ -1324,11 +1371,10 @@ class ConformanceMachine(RuleBasedStateMachine):
             if pair.ref.lease_id in live:
                 live.discard(pair.ref.lease_id)
                 leases.append(pair)
-        hashes = self.config.hashes
         pairs = {p.ref: p for p in self.op_pairs}
         calls = drain_calls(
             leases=leases,
-            scratch=[(slot, 0, 1 + slot % hashes) for slot in sorted(snap.scratch_reserved)],
+            scratch=[self.scratch_latest[slot] for slot in sorted(snap.scratch_reserved)],
             seqs=self.seqs,
             ops=[pairs.get(op, Pair(op, op)) for op in sorted(snap.offload_pins)],
             transfer_owners=sorted(snap.transfers, key=repr),
@@ -1370,17 +1416,6 @@ def _event(label: str) -> None:
     # nothing to record statistics in.
     if currently_in_test_context():
         event(label)
-
-
-def _step_problems(before: Snapshot, after: Snapshot) -> list[tuple[str, str]]:
-    """:func:`check_step_invariants`, less one known conflict in ``spec/``: switching the
-    sink off (``attach_offload(None)`` or ``sink=False``) must empty the backlog (C16,
-    ``backlog_bound``), which ``nominations_accounted`` does not list as a way out of it.
-    Such a call is exempt from ``nominations_accounted`` only."""
-    problems = check_step_invariants(before, after)
-    if before.offload_sink and not after.offload_sink and not after.offload_ready:
-        problems = [(n, p) for n, p in problems if n != "nominations_accounted"]
-    return problems
 
 
 def _call_coord(name: str, *args: Any) -> Callable[[_Side], Any]:

@@ -26,7 +26,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pagedstate.spec import tables as T
 from pagedstate.spec.changelog import changed_since_by_scan
@@ -40,6 +40,8 @@ from pagedstate.spec.errors import (
     PinUnderflowError,
     SlotBusyError,
     SourcePinLostError,
+    StaleReservationError,
+    StoreOwnedUnitsError,
     UnknownOperationError,
     WrongOwnerError,
 )
@@ -50,7 +52,7 @@ from pagedstate.spec.guards import (
     reclaimed_by_cases,
     units_available_by_walk,
 )
-from pagedstate.spec.sequences import sequence_slot
+from pagedstate.spec.sequences import need_sequence, sequence_slot
 from pagedstate.spec.snapshot import OffloadPinView, RecordView, Snapshot
 from pagedstate.spec.tables import Row, Table
 from pagedstate.spec.types import (
@@ -97,6 +99,36 @@ def _need_int(name: str, value: object, minimum: int | None = None) -> None:
     assert isinstance(value, int)
     if minimum is not None and value < minimum:
         raise InvalidArgumentError(f"{name} must be >= {minimum}, got {value}")
+
+
+def _need_hashable(name: str, value: object) -> None:
+    try:
+        hash(value)
+    except Exception as exc:
+        raise InvalidArgumentError(f"{name} must be hashable, got {value!r}") from exc
+
+
+def _store_owned_message(owner: Hashable) -> str:
+    return (
+        f"units of {owner!r} belong to the checkpoint store; only the store reserves,"
+        " releases or retags them (SPEC A.3): release a checkpoint through the store"
+        " (unindex, clear_index) and a transfer reservation through release_transfer_units"
+    )
+
+
+def _is_checkpoint_owner(owner: Hashable) -> bool:
+    return isinstance(owner, tuple) and len(owner) == 2 and owner[0] == CHECKPOINT_OWNER
+
+
+def _free_slots(scratch: object) -> frozenset[int] | None:
+    free = getattr(scratch, "free_slots", None)
+    return None if free is None else frozenset(free)
+
+
+def _need_transfer_owner(owner: Hashable) -> None:
+    if owner is None:
+        raise InvalidArgumentError("a transfer reservation needs an owner, got None")
+    _need_hashable("owner", owner)
 
 
 def _is_dirtying(owner: Hashable) -> bool:
@@ -156,7 +188,10 @@ class UnitPool:
 
     A unit is free or tagged ``(owner, piece)``. ``reserve_units`` hands out the lowest free
     ids. Units released from a checkpoint or transfer owner are marked dirty until
-    :meth:`mark_clean` (G10).
+    :meth:`mark_clean` (G10). Owners are hashable; the store owners ``("state-checkpoint",
+    cid)`` and ``("state-transfer", owner)`` are accepted only from the store itself, which
+    calls inside ``with pool._as_store():`` (SPEC A.3); anyone else naming one gets
+    :class:`StoreOwnedUnitsError`.
     """
 
     def __init__(self, num_units: int) -> None:
@@ -165,6 +200,7 @@ class UnitPool:
         self._free: set[int] = set(range(num_units))
         self._tags: dict[int, tuple[Hashable, int]] = {}
         self._dirty: set[int] = set()
+        self._store_calls = 0
 
     def clone(self) -> UnitPool:
         c = type(self).__new__(type(self))
@@ -172,7 +208,22 @@ class UnitPool:
         c._free = set(self._free)
         c._tags = dict(self._tags)
         c._dirty = set(self._dirty)
+        c._store_calls = self._store_calls
         return c
+
+    def _as_store(self) -> _StoreAccess:
+        """The store is calling: store owners are accepted inside the block."""
+        return _StoreAccess(self)
+
+    def _need_owner(self, name: str, owner: Hashable) -> None:
+        _need_hashable(name, owner)
+        if not self._store_calls and _is_dirtying(owner):
+            raise StoreOwnedUnitsError(_store_owned_message(owner))
+
+    def _need_unit(self, unit: int) -> None:
+        _need_int("unit id", unit, 0)
+        if unit >= self.num_units:
+            raise InvalidArgumentError(f"unit {unit} is outside the pool of {self.num_units}")
 
     @property
     def num_free(self) -> int:
@@ -180,16 +231,35 @@ class UnitPool:
         return len(self._free)
 
     def has_free(self, n: int) -> bool:
-        """Whether at least ``n`` units are free."""
+        """Whether at least ``n`` units are free.
+
+        Raises:
+            InvalidArgumentError: ``n`` is not a non-negative int.
+        """
+        _need_int("n", n, 0)
         return len(self._free) >= n
 
     def owner_of(self, unit: int) -> tuple[Hashable, int] | None:
-        """``(owner, piece)`` of a reserved unit, ``None`` for a free one."""
+        """``(owner, piece)`` of a reserved unit, ``None`` for a free one.
+
+        Raises:
+            InvalidArgumentError: ``unit`` is not an int in ``[0, num_units)``.
+        """
+        self._need_unit(unit)
         return self._tags.get(unit)
 
     def is_dirty(self, unit: int) -> bool:
-        """Whether ``unit`` last held checkpoint or transfer bytes and was not scrubbed (G10)."""
+        """Whether ``unit`` last held checkpoint or transfer bytes and was not scrubbed (G10).
+
+        Raises:
+            InvalidArgumentError: ``unit`` is not an int in ``[0, num_units)``.
+        """
+        self._need_unit(unit)
         return unit in self._dirty
+
+    def cached_units(self) -> tuple[tuple[int, int], ...]:
+        """Cached KV units: none (the reference pool caches no KV)."""
+        return ()
 
     def dirty_units(self) -> frozenset[int]:
         """Every dirty unit."""
@@ -197,7 +267,12 @@ class UnitPool:
 
     def mark_clean(self, unit_ids: Iterable[int]) -> None:
         """Record that the executor scrubbed these units (G10)."""
-        ids = list(unit_ids)
+        try:
+            ids = list(unit_ids)
+        except TypeError as exc:
+            raise InvalidArgumentError(
+                f"unit_ids must be an iterable of unit ids, got {unit_ids!r}"
+            ) from exc
         for u in ids:
             _need_int("unit id", u, 0)
             if u >= self.num_units:
@@ -210,6 +285,7 @@ class UnitPool:
         _need_int("count", count, 0)
         if owner is None:
             raise InvalidArgumentError("a reservation needs an owner, got None")
+        self._need_owner("owner", owner)
         if len(self._free) < count:
             return None
         units = sorted(self._free)[:count]
@@ -228,6 +304,7 @@ class UnitPool:
             raise DuplicateUnitError(f"unit ids repeat: {list(ids)}")
         if owner is None:
             raise InvalidArgumentError("owner must not be None")
+        self._need_owner("owner", owner)
         for piece, u in enumerate(ids):
             tag = self._tags.get(u)
             if tag != (owner, piece):
@@ -247,7 +324,9 @@ class UnitPool:
         """Release a whole reservation, every unit in piece order (G9).
 
         Raises:
-            DuplicateUnitError, InvalidArgumentError: malformed ids or owner.
+            DuplicateUnitError, InvalidArgumentError: malformed ids or owner (None or
+                unhashable).
+            StoreOwnedUnitsError: ``owner`` is a store owner and the store is not calling.
             WrongOwnerError: a unit is not tagged ``(owner, position)``.
             PartialReleaseError: the owner holds more units than named.
         """
@@ -265,6 +344,7 @@ class UnitPool:
         if new_owner is None:
             raise InvalidArgumentError("new_owner must not be None")
         ids = self._validate_whole(unit_ids, old_owner)
+        self._need_owner("new_owner", new_owner)
         if any(tag[0] == new_owner for tag in self._tags.values()):
             raise InvalidArgumentError(f"owner {new_owner!r} already holds units")
         for piece, u in enumerate(ids):
@@ -274,6 +354,19 @@ class UnitPool:
         self,
     ) -> tuple[frozenset[int], frozenset[int], dict[int, tuple[Hashable, int]]]:
         return frozenset(self._free), frozenset(self._dirty), dict(self._tags)
+
+
+class _StoreAccess:
+    """``UnitPool._as_store()``: the store is calling; store owners are accepted."""
+
+    def __init__(self, pool: UnitPool) -> None:
+        self._pool = pool
+
+    def __enter__(self) -> None:
+        self._pool._store_calls += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool._store_calls -= 1
 
 
 class SlotPool:
@@ -443,7 +536,13 @@ class PageUnitCheckpointStore(_Stepper):
         return deque(self._offload_ready)
 
     def lookup(self, prefix_hash: int) -> int:
-        """The READY record's checkpoint id for ``prefix_hash``, or -1."""
+        """The READY record's checkpoint id for ``prefix_hash``, or -1.
+
+        Raises:
+            InvalidArgumentError: ``prefix_hash`` is not an int (for ``contains`` and
+                ``contains_or_pending`` too).
+        """
+        _need_int("prefix_hash", prefix_hash)
         cid = self.hash_to_checkpoint.get(prefix_hash)
         if cid is None:
             return -1
@@ -501,8 +600,7 @@ class PageUnitCheckpointStore(_Stepper):
 
     def was_reclaimed(self, op: StateStoreOperationId) -> bool:
         """Whether ``op``'s source was taken back before it reported (G7: fails closed)."""
-        if not isinstance(op, StateStoreOperationId):
-            raise InvalidArgumentError(f"op must be a StateStoreOperationId, got {op!r}")
+        self._need_op(op)
         return reclaimed_by_cases(
             op in self._forfeited,
             op.generation,
@@ -551,7 +649,8 @@ class PageUnitCheckpointStore(_Stepper):
             del self.hash_to_checkpoint[rec.prefix_hash]
         if self._pending_by_hash.get(rec.prefix_hash) == cid:
             del self._pending_by_hash[rec.prefix_hash]
-        self.pool.release_units(rec.unit_ids, (CHECKPOINT_OWNER, cid))
+        with self.pool._as_store():
+            self.pool.release_units(rec.unit_ids, (CHECKPOINT_OWNER, cid))
 
     def _guarded_step(self, rec: _Record, event: str) -> Row:
         """The record row ``event`` takes on ``rec``, its guard read off the table."""
@@ -617,7 +716,8 @@ class PageUnitCheckpointStore(_Stepper):
         if not self.ensure_free_units(u):
             return None
         cid = self._next_checkpoint_id
-        units = self.pool.reserve_units(u, (CHECKPOINT_OWNER, cid))
+        with self.pool._as_store():
+            units = self.pool.reserve_units(u, (CHECKPOINT_OWNER, cid))
         if units is None:
             return None
         self._next_checkpoint_id += 1
@@ -723,6 +823,7 @@ class PageUnitCheckpointStore(_Stepper):
     def _live_lease(self, restore: SuspendedCheckpointRestore) -> tuple[int, CheckpointRestoreOp]:
         if not isinstance(restore, SuspendedCheckpointRestore):
             raise InvalidArgumentError(f"expected a SuspendedCheckpointRestore, got {restore!r}")
+        _need_int("lease_id", restore.lease_id)
         entry = self._suspended.get(restore.lease_id)
         if entry is None:
             if 0 <= restore.lease_id < self._next_lease_id:
@@ -819,6 +920,8 @@ class PageUnitCheckpointStore(_Stepper):
 
         Raises:
             InvalidArgumentError: wrong unit count or argument types.
+            StoreOwnedUnitsError: ``owner`` is a checkpoint's own tag (its units are not
+                adoptable).
             WrongOwnerError, PartialReleaseError, DuplicateUnitError: the units are not
                 exactly ``owner``'s whole reservation.
         """
@@ -827,11 +930,15 @@ class PageUnitCheckpointStore(_Stepper):
             raise InvalidArgumentError(
                 f"adoption needs exactly {self.units_per_checkpoint} units, got {unit_ids!r}"
             )
+        if _is_checkpoint_owner(owner):
+            raise StoreOwnedUnitsError(_store_owned_message(owner))
         if self.contains_or_pending(prefix_hash):
-            self.pool.release_units(unit_ids, owner)
+            with self.pool._as_store():
+                self.pool.release_units(unit_ids, owner)
             return False
         cid = self._next_checkpoint_id
-        self.pool.rekey_units(unit_ids, owner, (CHECKPOINT_OWNER, cid))
+        with self.pool._as_store():
+            self.pool.rekey_units(unit_ids, owner, (CHECKPOINT_OWNER, cid))
         self._next_checkpoint_id += 1
         row = self._step(T.RECORD, T.ABSENT, "adopt")
         rec = _Record(prefix_hash, tuple(unit_ids), T.ABSENT)
@@ -898,6 +1005,8 @@ class PageUnitCheckpointStore(_Stepper):
     def _need_op(self, op: object) -> StateStoreOperationId:
         if not isinstance(op, StateStoreOperationId):
             raise InvalidArgumentError(f"op must be a StateStoreOperationId, got {op!r}")
+        if not (_is_int(op.prefix_hash) and _is_int(op.generation)):
+            raise InvalidArgumentError(f"an operation's fields must be ints, got {op!r}")
         return op
 
     def release_offload_store_source(self, op: StateStoreOperationId) -> None:
@@ -983,6 +1092,7 @@ class PageUnitCheckpointStore(_Stepper):
             free=free,
             dirty=dirty,
             tags=tags,
+            cached=self.pool.cached_units(),
             records={
                 c: RecordView(r.prefix_hash, r.unit_ids, r.phase, r.pin_count)
                 for c, r in self.records.items()
@@ -1007,7 +1117,9 @@ class PageUnitCheckpointStore(_Stepper):
             forfeit_watermark=self._forfeit_watermark,
             forfeit_bound=self._forfeit_bound,
             generation=self.generation,
+            changes=tuple(self._changes),
             next_checkpoint_id=self._next_checkpoint_id,
+            next_lease_id=self._next_lease_id,
             offload_generation=self._offload_generation,
             evictions=self.evictions,
             offload_pins_reclaimed=self.offload_pins_reclaimed,
@@ -1065,7 +1177,8 @@ class PagedStateCheckpointCoordinator(_Stepper):
         )
         self._scratch: ScratchSlotPool | None = None
         self._max_ops_per_batch = 0
-        self._scratch_reserved: set[int] = set()
+        # Outstanding scratch reservations: slot -> (pos, h) of the triple handed out.
+        self._scratch_reserved: dict[int, tuple[int, int]] = {}
         self._scratch_queued: list[tuple[int, int]] = []
         self._scratch_issued: list[int] = []
         self._pending: dict[tuple[int, int], tuple[SequenceLike, int]] = {}
@@ -1091,7 +1204,7 @@ class PagedStateCheckpointCoordinator(_Stepper):
         c.store = self.store.clone()
         if self._scratch is not None:
             c._scratch = self._scratch.clone()  # type: ignore[attr-defined]
-        c._scratch_reserved = set(self._scratch_reserved)
+        c._scratch_reserved = dict(self._scratch_reserved)
         c._scratch_queued = list(self._scratch_queued)
         c._scratch_issued = list(self._scratch_issued)
         c._pending = dict(self._pending)
@@ -1104,15 +1217,33 @@ class PagedStateCheckpointCoordinator(_Stepper):
         return self.store.pool
 
     def applies(self, seq: SequenceLike) -> bool:
-        """Whether checkpoints apply to ``seq`` at all."""
+        """Whether checkpoints apply to ``seq`` at all.
+
+        Raises:
+            InvalidArgumentError: ``seq`` is not a sequence (an int ``state_slot`` and a
+                ``has_per_req_cache``), as for every call taking one.
+        """
+        need_sequence(seq)
+        return self._applies(seq)
+
+    def _applies(self, seq: SequenceLike) -> bool:
         return self.enabled and bool(seq.has_per_req_cache)
 
     # -- midstep scratch (SPEC D.1 steps 4-6, G5) -----------------------------------------
 
     def attach_midstep_scratch(self, slot_pool: ScratchSlotPool, max_ops_per_batch: int) -> None:
         """Where scratch slots come from, and the per-batch copy budget
-        (``checkpoint_copy_ops_per_batch(max_num_seqs)``)."""
+        (``checkpoint_copy_ops_per_batch(max_num_seqs)``).
+
+        Raises:
+            InvalidArgumentError: ``max_ops_per_batch`` is not a non-negative int, or
+                ``slot_pool`` lacks ``has_free``, ``pop`` or ``release``.
+        """
         _need_int("max_ops_per_batch", max_ops_per_batch, 0)
+        if not isinstance(slot_pool, ScratchSlotPool):
+            raise InvalidArgumentError(
+                f"slot_pool must offer has_free, pop and release, got {slot_pool!r}"
+            )
         self._scratch = slot_pool
         self._max_ops_per_batch = max_ops_per_batch
 
@@ -1121,11 +1252,21 @@ class PagedStateCheckpointCoordinator(_Stepper):
     ) -> list[tuple[int, int, int]]:
         """Borrow a scratch slot per ``(position, hash)``; returns ``(slot, pos, h)`` triples,
         order-preserving, stopping (and counting one drop) at the first position with no
-        free slot. Hashes already queued, READY or pending are skipped."""
+        free slot. Hashes already queued, READY or pending are skipped.
+
+        Raises:
+            InvalidArgumentError: ``positions`` is not a list or tuple of ``(int, int)``
+                pairs, or ``seq`` is not a sequence.
+        """
+        if not isinstance(positions, (list, tuple)):
+            raise InvalidArgumentError(
+                f"positions must be a list or tuple of (int, int) pairs, got {positions!r}"
+            )
         for item in positions:
             if not (isinstance(item, tuple) and len(item) == 2 and all(map(_is_int, item))):
                 raise InvalidArgumentError(f"positions must be (int, int) pairs, got {item!r}")
-        if not (self.readable_midstep and self.applies(seq)) or self._scratch is None:
+        need_sequence(seq)
+        if not (self.readable_midstep and self._applies(seq)) or self._scratch is None:
             return []
         queued = {h for h, _ in self._scratch_queued}
         out = []
@@ -1137,36 +1278,60 @@ class PagedStateCheckpointCoordinator(_Stepper):
                 break
             slot = self._scratch.pop()
             self._step(T.SCRATCH, T.FREE, "reserve", to=T.S_RESERVED)
-            self._scratch_reserved.add(slot)
+            self._scratch_reserved[slot] = (pos, h)
             out.append((slot, pos, h))
         return out
 
     def _need_reservations(self, reservations: list[tuple[int, int, int]]) -> None:
+        if not isinstance(reservations, (list, tuple)):
+            raise InvalidArgumentError(
+                f"reservations must be a list or tuple of (slot, pos, h), got {reservations!r}"
+            )
         slots = []
         for r in reservations:
-            if not (isinstance(r, tuple) and len(r) == 3):
-                raise InvalidArgumentError(f"a reservation is (slot, pos, h), got {r!r}")
+            if not (isinstance(r, tuple) and len(r) == 3 and all(map(_is_int, r))):
+                raise InvalidArgumentError(f"a reservation is (slot, pos, h) of ints, got {r!r}")
             slots.append(r[0])
-        if len(set(slots)) != len(slots) or not set(slots) <= self._scratch_reserved:
+        if len(set(slots)) != len(slots) or not set(slots) <= self._scratch_reserved.keys():
             raise UnknownOperationError(
                 f"scratch slots {slots} are not all outstanding reservations of this coordinator"
             )
+        for slot, pos, h in reservations:
+            if self._scratch_reserved[slot] != (pos, h):
+                raise StaleReservationError(
+                    f"scratch slot {slot} is reserved as {(slot, *self._scratch_reserved[slot])},"
+                    f" not {(slot, pos, h)}: that reservation is stale (already published or"
+                    " cancelled, and the slot lent again); use the triple the latest"
+                    " reserve_midstep returned"
+                )
 
     def publish_midstep(self, reservations: list[tuple[int, int, int]], seq: object = None) -> None:
-        """The forward wrote the scratch slots: queue ``(h, slot)`` for the next drain."""
+        """The forward wrote the scratch slots: queue ``(h, slot)`` for the next drain.
+
+        Raises:
+            InvalidArgumentError: not a list or tuple of ``(slot, pos, h)`` int triples.
+            UnknownOperationError: a slot is not an outstanding reservation, or repeats.
+            StaleReservationError: a triple is not the one outstanding for its slot (an
+                earlier reservation of a slot lent again).
+        """
         del seq
         self._need_reservations(reservations)
         for slot, _pos, h in reservations:
             self._step(T.SCRATCH, T.S_RESERVED, "publish", to=T.S_QUEUED)
-            self._scratch_reserved.discard(slot)
+            del self._scratch_reserved[slot]
             self._scratch_queued.append((h, slot))
 
     def cancel_midstep(self, reservations: list[tuple[int, int, int]]) -> None:
-        """The forward never ran: return the scratch slots."""
+        """The forward never ran: return the scratch slots.
+
+        Raises:
+            InvalidArgumentError, UnknownOperationError, StaleReservationError: as
+                :meth:`publish_midstep`.
+        """
         self._need_reservations(reservations)
         for slot, _pos, _h in reservations:
             self._step(T.SCRATCH, T.S_RESERVED, "cancel", to=T.FREE)
-            self._scratch_reserved.discard(slot)
+            del self._scratch_reserved[slot]
             assert self._scratch is not None
             self._scratch.release(slot)
 
@@ -1206,12 +1371,22 @@ class PagedStateCheckpointCoordinator(_Stepper):
         or (optimistically) from the CPU tier; 0 when none (SPEC D.1 step 2).
 
         Raises:
-            InvalidArgumentError: ``hit`` negative or beyond ``len(block_hashes)``.
+            InvalidArgumentError: ``hit`` negative or beyond ``len(block_hashes)``;
+                ``block_hashes`` not a list or tuple, or one of its first ``hit`` entries
+                not an int; ``seq`` not a sequence.
         """
         _need_int("hit", hit, 0)
+        if not isinstance(block_hashes, (list, tuple)):
+            raise InvalidArgumentError(
+                f"block_hashes must be a list or tuple of ints, got {type(block_hashes)!r}"
+            )
         if hit > len(block_hashes):
             raise InvalidArgumentError(f"hit {hit} exceeds the {len(block_hashes)} block hashes")
-        if not self.applies(seq):
+        for h in block_hashes[:hit]:
+            if not _is_int(h):
+                raise InvalidArgumentError(f"a block hash must be an int, got {h!r}")
+        need_sequence(seq)
+        if not self._applies(seq):
             return hit
         for i in range(hit - 1, -1, -1):
             if assume_checkpointed or self._reachable(block_hashes[i]):
@@ -1230,10 +1405,15 @@ class PagedStateCheckpointCoordinator(_Stepper):
 
         At most one pending boundary per sequence survives: a different ``h`` supersedes
         (and counts as dropped) every earlier one; re-filing the same ``h`` changes nothing
-        (G1). Ignored when checkpoints do not apply or ``seq.state_slot < 0``."""
+        (G1). Ignored when checkpoints do not apply or ``seq.state_slot < 0``.
+
+        Raises:
+            InvalidArgumentError: ``boundary_blocks`` not an int >= 0, ``h`` not an int, or
+                ``seq`` not a sequence.
+        """
         _need_int("boundary_blocks", boundary_blocks, 0)
         _need_int("h", h)
-        if not self.applies(seq) or sequence_slot(seq) < 0:
+        if need_sequence(seq) < 0 or not self._applies(seq):
             return
         key = (id(seq), h)
         if key in self._pending:
@@ -1249,9 +1429,10 @@ class PagedStateCheckpointCoordinator(_Stepper):
         the queued restore into its slot.
 
         Raises:
-            InvalidArgumentError: ``seq.state_slot`` is not an int (nothing changed, G8).
+            InvalidArgumentError: ``seq`` is not a sequence (``state_slot`` not an int,
+                nothing changed, G8).
         """
-        slot = sequence_slot(seq)
+        slot = need_sequence(seq)
         for k in [k for k in self._pending if k[0] == id(seq)]:
             del self._pending[k]
         if slot >= 0:
@@ -1315,19 +1496,19 @@ class PagedStateCheckpointCoordinator(_Stepper):
     def reserve_transfer_units(self, owner: Hashable) -> tuple[int, ...] | None:
         """Reserve one image's units for an external load, tagged ``("state-transfer",
         owner)``. ``owner`` must include a generation. ``None`` for a duplicate active owner
-        or when no room can be made (evicting only unpinned READY records)."""
-        if owner is None:
-            raise InvalidArgumentError("a transfer reservation needs an owner, got None")
-        try:
-            hash(owner)
-        except TypeError as exc:
-            raise InvalidArgumentError(f"owner must be hashable, got {owner!r}") from exc
+        or when no room can be made (evicting only unpinned READY records).
+
+        Raises:
+            InvalidArgumentError: ``owner`` is None or unhashable.
+        """
+        _need_transfer_owner(owner)
         if owner in self._transfer_units:
             return None
         u = self.store.units_per_checkpoint
         if not self.store.ensure_free_units(u):
             return None
-        units = self.pool.reserve_units(u, (TRANSFER_OWNER, owner))
+        with self.pool._as_store():
+            units = self.pool.reserve_units(u, (TRANSFER_OWNER, owner))
         if units is None:
             return None
         self._step(T.TRANSFER, T.T_NONE, "reserve", to=T.RESERVED)
@@ -1335,19 +1516,31 @@ class PagedStateCheckpointCoordinator(_Stepper):
         return self._transfer_units[owner]
 
     def release_transfer_units(self, owner: Hashable) -> None:
-        """Release a reservation, once; unknown owners (another generation) are ignored."""
+        """Release a reservation, once; unknown owners (another generation) are ignored.
+
+        Raises:
+            InvalidArgumentError: ``owner`` is None or unhashable.
+        """
+        _need_transfer_owner(owner)
         units = self._transfer_units.get(owner)
         if units is None:
             return
         self._step(T.TRANSFER, T.RESERVED, "release", to=T.T_RELEASED)
-        self.pool.release_units(units, (TRANSFER_OWNER, owner))
+        with self.pool._as_store():
+            self.pool.release_units(units, (TRANSFER_OWNER, owner))
         del self._transfer_units[owner]
 
     def adopt_transfer_units(self, owner: Hashable, prefix_hash: int) -> bool:
         """Publish a completed external image as ``prefix_hash``'s READY record, with no free
         window; False (units released) if the hash is READY or pending, or the owner has no
-        reservation. The reservation is dropped only after adoption returned."""
+        reservation. The reservation is dropped only after adoption returned.
+
+        Raises:
+            InvalidArgumentError: ``prefix_hash`` is not an int; ``owner`` is None or
+                unhashable.
+        """
         _need_int("prefix_hash", prefix_hash)
+        _need_transfer_owner(owner)
         units = self._transfer_units.get(owner)
         if units is None:
             return False
@@ -1481,4 +1674,14 @@ class PagedStateCheckpointCoordinator(_Stepper):
             checkpoints_kept=self.checkpoints_kept,
             checkpoints_dropped=self.checkpoints_dropped,
             checkpoints_orphaned=self.checkpoints_orphaned,
+            scratch_free=_free_slots(self._scratch),
         )
+
+
+if TYPE_CHECKING:
+    from pagedstate.spec.protocols import CoordinatorProtocol
+
+    def _is_a_coordinator(c: PagedStateCheckpointCoordinator) -> CoordinatorProtocol:
+        """mypy checks that the reference coordinator (with its store and pool) has the
+        whole surface :class:`CoordinatorProtocol` promises engines."""
+        return c

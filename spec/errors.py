@@ -18,18 +18,21 @@ __all__ = [
     "InvalidArgumentError",
     "DuplicateUnitError",
     "WrongOwnerError",
+    "StoreOwnedUnitsError",
     "PartialReleaseError",
     "RawUnitFreeError",
     "NoFreeUnitError",
     "IllegalTransitionError",
     "PinUnderflowError",
     "UnknownOperationError",
+    "StaleReservationError",
     "LeaseReusedError",
     "SourcePinLostError",
     "SlotBusyError",
     "AmbiguousSuspendError",
     "CheckpointVanishedError",
     "BatchTooLargeError",
+    "EvictionCallbackError",
 ]
 
 
@@ -60,6 +63,15 @@ class WrongOwnerError(PagedStateError, AssertionError):
     """A unit is not tagged ``(owner, piece)`` as the caller claimed (SPEC A.2,
     scenario S16). Nothing was released or retagged: pass the owner the units
     were reserved for, in piece order."""
+
+
+class StoreOwnedUnitsError(WrongOwnerError):
+    """A pool call named a store owner (``("state-checkpoint", cid)`` or
+    ``("state-transfer", owner)``, SPEC A.3) from outside the store. Those units belong to
+    the checkpoint store and the coordinator, which alone reserve, release and retag them;
+    an engine that freed them would hand a live image's units to someone else. Release a
+    checkpoint through the store (``unindex``, ``clear_index``) and a transfer reservation
+    through ``release_transfer_units``; nothing was changed."""
 
 
 class PartialReleaseError(PagedStateError, AssertionError):
@@ -110,6 +122,15 @@ class UnknownOperationError(PagedStateError, LookupError):
     by another store)."""
 
 
+class StaleReservationError(UnknownOperationError):
+    """A midstep scratch reservation ``(slot, pos, h)`` is not the one outstanding for its
+    slot: it came from an earlier ``reserve_midstep`` that was already published or
+    cancelled, and the slot has since been lent to another reservation (SPEC B.4 scratch
+    machine: only a RESERVED reservation is published or cancelled, once). Publishing it
+    would file ``h`` over the bytes the newer reservation's forward writes. Publish or
+    cancel the triple the latest ``reserve_midstep`` returned; nothing was changed."""
+
+
 class LeaseReusedError(PagedStateError, AssertionError):
     """A single-use lease (a suspended restore) was resumed or released a second
     time (SPEC G3). The first use already spent its pin; nothing was changed."""
@@ -138,3 +159,29 @@ class CheckpointVanishedError(PagedStateError, RuntimeError):
 class BatchTooLargeError(PagedStateError, RuntimeError):
     """A batch asks to copy more checkpoints than its descriptor was sized for
     (``checkpoint_copy_ops_per_batch``, SPEC C.22 and E.5)."""
+
+
+class EvictionCallbackError(PagedStateError, RuntimeError):
+    """The engine's ``on_evict(prefix_hash)`` callback raised while a reservation overwrote
+    cached KV blocks (SPEC A.4). The callback's exception is the ``__cause__``;
+    ``prefix_hash`` names the first hash whose callback failed.
+
+    The reservation that fired it is undone (its units go back to where they were, cached
+    KV blocks included, and nothing is filed) when the pool's own ``reserve_units`` or the
+    coordinator's ``reserve_transfer_units`` fired it (SPEC G8). What the callbacks
+    themselves did before raising is the engine's and stays. A reservation made by
+    ``begin_store`` (alone or in a drain), or inside an engine's own
+    ``deferred_evictions()`` block, stands: ``undone`` says which.
+    """
+
+    def __init__(self, prefix_hash: int, undone: bool, detail: str) -> None:
+        self.prefix_hash = prefix_hash
+        self.undone = undone
+        super().__init__(
+            f"on_evict({prefix_hash}) raised {detail}; "
+            + (
+                "the reservation that evicted it was undone and nothing was changed"
+                if undone
+                else "the reservation that evicted it stands"
+            )
+        )

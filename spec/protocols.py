@@ -9,7 +9,7 @@ implementations.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from .snapshot import Snapshot
@@ -40,6 +40,10 @@ class UnitPoolProtocol(Protocol):
 
     def is_dirty(self, unit: int) -> bool: ...
 
+    def dirty_units(self) -> frozenset[int]: ...
+
+    def mark_clean(self, unit_ids: Iterable[int]) -> None: ...
+
     def reserve_units(self, count: int, owner: Hashable) -> list[int] | None: ...
 
     def release_units(self, unit_ids: Sequence[int], owner: Hashable) -> None: ...
@@ -52,6 +56,9 @@ class UnitPoolProtocol(Protocol):
 @runtime_checkable
 class CheckpointStoreProtocol(Protocol):
     """The checkpoint store (SPEC B)."""
+
+    @property
+    def pool(self) -> UnitPoolProtocol: ...
 
     @property
     def units_per_checkpoint(self) -> int: ...
@@ -115,7 +122,58 @@ class CheckpointStoreProtocol(Protocol):
 
 @runtime_checkable
 class CoordinatorProtocol(Protocol):
-    """The coordinator (SPEC D)."""
+    """The coordinator (SPEC D): everything both coordinators expose to an engine.
+
+    Store-level calls that ATOM's coordinator does not forward (``lookup``,
+    ``contains_or_pending``, ``changed_since``, ``cancel_queued_restore``, ...) are reached
+    through :attr:`store`; the pool (KV reservations, dirty units) through :attr:`pool`.
+    Not listed: ``clone``, ``row_sink`` and ``store_class``, hooks for the checkers.
+    """
+
+    @property
+    def pool(self) -> UnitPoolProtocol:
+        """The unit pool the store reserves from (shared with the engine's KV)."""
+        ...
+
+    @property
+    def store(self) -> CheckpointStoreProtocol:
+        """The checkpoint store (SPEC B)."""
+        ...
+
+    @property
+    def enabled(self) -> bool:
+        """Prefix caching is on and the model has per-request state."""
+        ...
+
+    @property
+    def readable_midstep(self) -> bool:
+        """The backend exposes interior states (midstep scratch stores)."""
+        ...
+
+    @property
+    def offload(self) -> Any:
+        """The CPU tier's index (``could_serve(h)``), or None (``attach_offload``)."""
+        ...
+
+    @property
+    def successor_room(self) -> float:
+        """Room a copy needs in a successor forward: 0.0 (SPEC D)."""
+        ...
+
+    @property
+    def checkpoints_kept(self) -> int:
+        """Stores begun (SPEC D.1 step 13)."""
+        ...
+
+    @property
+    def checkpoints_dropped(self) -> int:
+        """Stores refused or superseded (SPEC D.1 step 13)."""
+        ...
+
+    @property
+    def checkpoints_orphaned(self) -> int:
+        """``unindex`` calls that removed something (SPEC D.1 step 13)."""
+        ...
 
     def applies(self, seq: SequenceLike) -> bool: ...
 

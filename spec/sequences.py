@@ -6,7 +6,7 @@ from __future__ import annotations
 from .errors import InvalidArgumentError
 from .types import SequenceLike
 
-__all__ = ["sequence_slot"]
+__all__ = ["sequence_slot", "need_sequence"]
 
 
 def sequence_slot(seq: SequenceLike) -> int:
@@ -22,4 +22,21 @@ def sequence_slot(seq: SequenceLike) -> int:
         if isinstance(slot, int) and not isinstance(slot, bool):
             return int(slot)
         raise InvalidArgumentError(f"a sequence's state_slot must be an int, got {slot!r}")
+    return slot
+
+
+def need_sequence(seq: SequenceLike) -> int:
+    """Check that ``seq`` is a sequence the coordinator can read (:class:`SequenceLike`): an
+    int ``state_slot`` and a ``has_per_req_cache`` attribute. Returns the slot
+    (:func:`sequence_slot`). Every coordinator call that takes a sequence checks it first.
+
+    Raises:
+        InvalidArgumentError: ``state_slot`` is missing or not an int, or
+            ``has_per_req_cache`` is missing.
+    """
+    slot = sequence_slot(seq)
+    if not hasattr(seq, "has_per_req_cache"):
+        raise InvalidArgumentError(
+            f"a sequence needs a has_per_req_cache attribute, got {type(seq).__name__}"
+        )
     return slot

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
+from itertools import pairwise
 from typing import Any
 
 import attrs
@@ -102,13 +103,22 @@ class Snapshot:
 
     Pool: ``num_units`` ids ``[0, num_units)``; ``free`` ids; ``dirty`` ids that last held
     checkpoint or transfer bytes and were not scrubbed since (G10); ``tags`` maps every raw
-    unit to ``(owner, piece)``.
+    unit to ``(owner, piece)``; ``cached`` lists the free units that still hold an engine's
+    cached KV block as ``(unit, prefix_hash)``, next to be reused first (empty for a pool
+    without KV caching, such as the reference model's).
     Store: SPEC B.1's structures, ``records`` by checkpoint id; ``queued_restores`` and
     ``inflight_restores`` as ``(cid, dst_slot)``; ``suspended`` as live leases
     ``(lease_id, cid, dst_slot)``; forfeit memory as exact ``forfeited`` ops plus a
-    ``forfeit_watermark`` generation (G7).
+    ``forfeit_watermark`` generation (G7); ``changes`` is the change log's content,
+    ``(generation, prefix_hash or None)`` oldest first; ``next_lease_id`` the id the next
+    suspended-restore lease gets.
     Coordinator (empty for a bare store): ``pending_boundaries`` as ``(seq_key, h)`` in filing
-    order, ``transfers`` by owner, scratch queues, and the fate counters.
+    order, ``transfers`` by owner, scratch queues, the fate counters, and ``scratch_free``,
+    the scratch slot pool's free slots (``None`` when no pool is attached or it does not
+    tell, i.e. has no ``free_slots``).
+
+    The fields after ``checkpoints_orphaned`` have defaults so that a store written before
+    they existed still builds a snapshot; both stores of this project fill every field.
     """
 
     num_units: int
@@ -145,6 +155,10 @@ class Snapshot:
     checkpoints_kept: int = 0
     checkpoints_dropped: int = 0
     checkpoints_orphaned: int = 0
+    cached: tuple[tuple[int, int], ...] = ()
+    changes: tuple[tuple[int, int | None], ...] = ()
+    next_lease_id: int = 0
+    scratch_free: frozenset[int] | None = None
 
     def ready_pairs(self) -> frozenset[tuple[int, int]]:
         """``{(prefix_hash, cid)}`` of READY records: the set the change log tracks."""
@@ -181,6 +195,11 @@ def unit_conservation(s: Snapshot) -> list[str]:
     extra = everything - set(range(s.num_units))
     if extra:
         out.append(f"unit ids outside the pool: {sorted(extra)}")
+    cached = [u for u, _ in s.cached]
+    if len(set(cached)) != len(cached):
+        out.append(f"cached units repeat: {cached}")
+    if not set(cached) <= s.free:
+        out.append(f"cached units not free: {sorted(set(cached) - s.free)}")
     return out
 
 
@@ -384,8 +403,9 @@ def forfeit_memory(s: Snapshot) -> list[str]:
 
 
 def identities_ahead(s: Snapshot) -> list[str]:
-    """C14: every live cid is below ``next_checkpoint_id`` and every op generation at most
-    ``offload_generation``."""
+    """C14: every live cid is below ``next_checkpoint_id``, every op generation at most
+    ``offload_generation``, every live lease id below ``next_lease_id``; the change log's
+    generations strictly increase and its newest is ``generation``."""
     out = []
     for cid in s.records:
         if cid >= s.next_checkpoint_id:
@@ -393,6 +413,14 @@ def identities_ahead(s: Snapshot) -> list[str]:
     for op in list(s.offload_pins) + list(s.forfeited):
         if op.generation > s.offload_generation:
             out.append(f"op {op} ahead of offload generation {s.offload_generation}")
+    for lid, _, _ in s.suspended:
+        if not 0 <= lid < s.next_lease_id:
+            out.append(f"lease {lid} outside the issued ids [0, {s.next_lease_id})")
+    gens = [g for g, _ in s.changes]
+    if any(b <= a for a, b in pairwise(gens)):
+        out.append(f"change log generations do not strictly increase: {gens}")
+    if gens and gens[-1] != s.generation:
+        out.append(f"newest change log entry {gens[-1]} is not the generation {s.generation}")
     return out
 
 
@@ -426,11 +454,17 @@ def coordinator_pending(s: Snapshot) -> list[str]:
 
 
 def scratch_disjoint(s: Snapshot) -> list[str]:
-    """C21: a scratch slot is in at most one of reserved, queued and issued."""
+    """C21: a scratch slot is in at most one of reserved, queued and issued, and a slot in
+    any of them is not free in the scratch pool."""
     queued = [slot for _, slot in s.scratch_queued]
     everything = list(s.scratch_reserved) + queued + list(s.scratch_issued)
     counts = Counter(everything)
-    return [f"scratch slot {slot} held {n} times" for slot, n in counts.items() if n > 1]
+    out = [f"scratch slot {slot} held {n} times" for slot, n in counts.items() if n > 1]
+    if s.scratch_free is not None:
+        both = s.scratch_free & set(everything)
+        if both:
+            out.append(f"scratch slots both borrowed and free: {sorted(both)}")
+    return out
 
 
 def counters_non_negative(s: Snapshot) -> list[str]:
@@ -479,6 +513,7 @@ def monotone_identities(a: Snapshot, b: Snapshot) -> list[str]:
     out = []
     for name in (
         "next_checkpoint_id",
+        "next_lease_id",
         "offload_generation",
         "generation",
         "evictions",
@@ -561,10 +596,12 @@ def dirty_marking(a: Snapshot, b: Snapshot) -> list[str]:
 
 def nominations_accounted(a: Snapshot, b: Snapshot) -> list[str]:
     """SPEC B.4: a nomination leaves the backlog only by being handed out (a new offload op
-    for its record), as a spent entry (its record is no longer READY), or by overflow
-    (counted). A deferred nomination is never lost."""
+    for its record), as a spent entry (its record is no longer READY), by overflow
+    (counted), or because the sink is off after the call (C16: no sink, no nominations;
+    switching it off drops the whole backlog, which :func:`backlog_bound` checks). A
+    deferred nomination is never lost while the sink stays on."""
     left = Counter(a.offload_ready) - Counter(b.offload_ready)
-    if not left:
+    if not left or not b.offload_sink:
         return []
     handed = Counter(
         p.checkpoint_id for op, p in b.offload_pins.items() if op not in a.offload_pins

@@ -27,10 +27,19 @@ import pytest
 from conftest import Seq, spec
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_atomicity_reference import Hostile, NoCacheFlag, NoSlot
 from test_impl_lockstep import Lockstep
 
 from pagedstate import impl as I
-from pagedstate.spec import PagedStateError, SuspendedCheckpointRestore
+from pagedstate.spec import (
+    EvictionCallbackError,
+    InvalidArgumentError,
+    PagedStateError,
+    StateStoreOperationId,
+    StoreOwnedUnitsError,
+    SuspendedCheckpointRestore,
+    check_invariants,
+)
 from pagedstate.spec.types import CHECKPOINT_OWNER, TRANSFER_OWNER
 
 _EXAMPLES = max(10, settings.default.max_examples // 4)
@@ -125,6 +134,19 @@ def bad_calls(ls: Lockstep) -> list[BadCall]:
         ("p", "mark_clean", ([ls.units],), {}),
         ("p", "mark_clean", ([-1],), {}),
         ("p", "mark_clean", (["0"],), {}),
+        ("p", "mark_clean", (5,), {}),
+        ("p", "has_free", ("1",), {}),
+        ("p", "has_free", (-1,), {}),
+        ("p", "owner_of", ("0",), {}),
+        ("p", "owner_of", (ls.units,), {}),
+        ("p", "is_dirty", (-1,), {}),
+        ("p", "is_dirty", (None,), {}),
+        ("p", "reserve_units", (1, Hostile()), {}),
+        ("p", "reserve_units", (1, ["x", 0]), {}),
+        ("p", "reserve_units", (1, (CHECKPOINT_OWNER, 10**6)), {}),
+        ("p", "reserve_units", (1, (TRANSFER_OWNER, ("load", -1))), {}),
+        ("p", "release_units", ([0], Hostile()), {}),
+        ("p", "rekey_units", ([0], ("x", 0), Hostile()), {}),
         # store
         ("s", "begin_store", (str(h), 0), {}),
         ("s", "begin_store", (float(h), 0), {}),
@@ -135,6 +157,10 @@ def bad_calls(ls: Lockstep) -> list[BadCall]:
         ("s", "cancel_queued_restore", ("4",), {}),
         ("s", "suspend_queued_restore", ("4",), {}),
         ("s", "restore_queued_for", ("4",), {}),
+        ("s", "lookup", (str(h),), {}),
+        ("s", "contains", (None,), {}),
+        ("s", "contains_or_pending", ([h],), {}),
+        ("s", "was_reclaimed", (StateStoreOperationId(str(h), 1),), {}),
         ("s", "resume_suspended_restore", ("lease",), {}),
         ("s", "release_suspended_restore", (None,), {}),
         ("s", "unindex", (str(h),), {}),
@@ -189,6 +215,23 @@ def bad_calls(ls: Lockstep) -> list[BadCall]:
         ("c", "was_reclaimed", ("op",), {}),
         ("c", "has_available_units", (-3,), {}),
         ("c", "ensure_free_units", (-3,), {}),
+        ("c", "contains", (str(h),), {}),
+        ("c", "applies", (NoCacheFlag(),), {}),
+        ("c", "applies", (NoSlot(),), {}),
+        ("c", "checkpoint", (NoCacheFlag(), 1, h), {}),
+        ("c", "forget_pending", (NoCacheFlag(),), {}),
+        ("c", "forget_pending", (None,), {}),
+        ("c", "reserve_midstep", (NoSlot(), [(48, h)]), {}),
+        ("c", "reserve_midstep", (seq, 5), {}),
+        ("c", "resumable_hit", (NoCacheFlag(), 1, [h]), {}),
+        ("c", "resumable_hit", (seq, 1, [str(h)]), {}),
+        ("c", "attach_midstep_scratch", (None, 4), {}),
+        ("c", "publish_midstep", (5,), {}),
+        ("c", "reserve_transfer_units", (Hostile(),), {}),
+        ("c", "release_transfer_units", (["req", 2],), {}),
+        ("c", "release_transfer_units", (Hostile(),), {}),
+        ("c", "release_transfer_units", (None,), {}),
+        ("c", "adopt_transfer_units", (["req", 2], h), {}),
     ]
     kv = _kv(ls)
     if kv is not None:
@@ -211,7 +254,10 @@ def bad_calls(ls: Lockstep) -> list[BadCall]:
         cid, units_ = rec
         out += [
             ("p", "release_units", (list(units_), (CHECKPOINT_OWNER, cid + 1)), {}),
+            ("p", "release_units", (list(units_), (CHECKPOINT_OWNER, cid)), {}),  # the owner's
+            ("p", "rekey_units", (list(units_), (CHECKPOINT_OWNER, cid), ("y", 0)), {}),
             ("s", "adopt_units", (units_, (TRANSFER_OWNER, ("load", -1)), h), {}),
+            ("s", "adopt_units", (units_, (CHECKPOINT_OWNER, cid), h), {}),
         ]
     busy = _busy_slot(ls)
     ready = _ready_hash(ls)
@@ -238,6 +284,7 @@ def bad_calls(ls: Lockstep) -> list[BadCall]:
         owner = next(iter(ls.r._transfer_units))
         units_ = ls.r._transfer_units[owner]
         out += [
+            ("p", "release_units", (list(units_), (TRANSFER_OWNER, owner)), {}),
             ("c", "adopt_transfer_units", (owner, "h"), {}),
             ("s", "adopt_units", (units_[:-1], (TRANSFER_OWNER, owner), h), {}),
             ("s", "adopt_units", (units_, (TRANSFER_OWNER, ("load", -1)), h), {}),
@@ -249,10 +296,12 @@ def bad_calls(ls: Lockstep) -> list[BadCall]:
                  {}),
             ]
     if ls.r._scratch_reserved:
-        slot = next(iter(ls.r._scratch_reserved))
+        slot, (pos, rh) = next(iter(ls.r._scratch_reserved.items()))
         out += [
             ("c", "publish_midstep", ([(slot, 0, h), (slot, 0, h)],), {}),
             ("c", "cancel_midstep", ([(slot, 0, h), (99, 0, h)],), {}),
+            ("c", "publish_midstep", ([(slot, pos + 1, rh)],), {}),  # stale
+            ("c", "cancel_midstep", ([(slot, pos, rh + 100)],), {}),  # stale
         ]
     return out
 
@@ -285,12 +334,12 @@ def test_bad_calls_cover_every_public_method() -> None:
         ls.step()
     named = {(t, n) for t, n, _, _ in bad_calls(ls)}
     exempt = {
+        # no arguments, the production pool's KV calls (tested below), or checker hooks
         "clone", "snapshot", "snapshot_parts", "cache_units", "claim_cached_units",
-        "uncache_units", "has_free", "owner_of", "is_dirty", "dirty_units", "cached_hash",
-        "lookup", "contains", "contains_or_pending", "complete_inflight", "take_restore_ops",
-        "clear", "has_offload_pins", "applies", "checkpoint_fates", "complete_previous_batch",
-        "take_checkpoint_ops", "clear_index", "attach_offload", "forget_pending",
-        "release_transfer_units", "deferred_evictions",
+        "uncache_units", "dirty_units", "cached_hash", "cached_units", "complete_inflight",
+        "take_restore_ops", "clear", "has_offload_pins", "checkpoint_fates",
+        "complete_previous_batch", "take_checkpoint_ops", "clear_index", "attach_offload",
+        "deferred_evictions",
     }
     for target, obj in (("p", I.UnitPool), ("s", I.PageUnitCheckpointStore),
                         ("c", I.PagedStateCheckpointCoordinator)):
@@ -372,6 +421,10 @@ def test_kv_calls_refused_change_nothing(seed: int) -> None:
         lambda: pool.uncache_units([free]),
         lambda: pool.uncache_units([-1]),
         lambda: pool.uncache_units("x"),
+        lambda: pool.cached_hash("0"),
+        lambda: pool.cached_hash(pool.num_units),
+        lambda: pool.claim_cached_units([0], Hostile()),
+        lambda: pool.claim_cached_units([0], (CHECKPOINT_OWNER, 0)),
     ]
     for owner, units in held.items():
         calls += [
@@ -420,3 +473,108 @@ def test_deep_state_sees_private_indexes() -> None:
         for _ in range(200):
             ls.step()
         c = ls.i
+
+
+# -- issue 3: eviction callbacks and hostile owners (production only) ---------------------
+
+
+def _transfer_world(on_evict: Any) -> I.PagedStateCheckpointCoordinator:
+    """A coordinator whose pool's only free units are cached KV blocks (one vacant), with a
+    READY checkpoint of 101 and a pending boundary: a transfer reservation must reuse the
+    cached blocks of 301 and 302."""
+    pool = I.UnitPool(8)
+    c = I.PagedStateCheckpointCoordinator(pool, spec(10, 25), True)
+    assert c.store.begin_store(101, 0) is not None  # units 0-2
+    c.complete_previous_batch()
+    kv = pool.reserve_units(4, ("kv", 0))  # units 3-6
+    pool.cache_units(kv, ("kv", 0), [None, 301, 302, None])  # 4 and 5 cached
+    assert pool.reserve_units(2, ("kv", 1)) == [3, 6]  # vacant 7 is left
+    c.checkpoint(Seq(5), 1, 555)
+    assert pool.num_free == 3 and pool.cached_units() == ((4, 301), (5, 302))
+    pool.on_evict = on_evict
+    return c
+
+
+@pytest.mark.parametrize("fails_on", [301, 302])
+def test_an_eviction_callback_that_raises_in_reserve_transfer_units_changes_nothing(
+    fails_on: int,
+) -> None:
+    """Issue 3 item 4 (SPEC A.4, G8): the callback raises (here KeyError, from the engine's
+    own index) inside ``reserve_transfer_units``. Before, the reservation stayed filed and
+    the KeyError escaped; now it is undone, down to the pool's cached-block order, and
+    EvictionCallbackError is raised from the KeyError."""
+    seen: list[int] = []
+
+    def on_evict(h: int) -> None:
+        seen.append(h)
+        if h == fails_on:
+            raise KeyError(h)
+
+    c = _transfer_world(on_evict)
+    before, snap = deep_state(c), c.snapshot()
+    with pytest.raises(EvictionCallbackError) as info:
+        c.reserve_transfer_units(("load", 0))
+    assert isinstance(info.value.__cause__, KeyError)
+    assert info.value.prefix_hash == fails_on and info.value.undone
+    assert seen == [301, 302]  # every callback ran
+    assert deep_state(c) == before and c.snapshot() == snap
+    assert check_invariants(c.snapshot()) == []
+    # The same call succeeds once the engine is fixed, with the same units.
+    c.pool.on_evict = seen.append
+    assert c.reserve_transfer_units(("load", 0)) == (7, 4, 5)
+    assert seen == [301, 302, 301, 302]
+
+
+def test_a_callback_that_unindexes_then_raises_leaves_only_its_own_effects() -> None:
+    """The engine's callback unindexes the evicted hash (its job) and then raises: the
+    reservation is undone, nothing is filed, and what the callback did (it orphaned the
+    pending boundary of 301) stays; every invariant holds."""
+    holder: list[I.PagedStateCheckpointCoordinator] = []
+
+    def on_evict(h: int) -> None:
+        holder[0].unindex(h)
+        raise KeyError(h)
+
+    c = _transfer_world(on_evict)
+    holder.append(c)
+    c.checkpoint(Seq(6), 1, 301)
+    free_before = c.pool.num_free
+    with pytest.raises(EvictionCallbackError):
+        c.reserve_transfer_units(("load", 0))
+    snap = c.snapshot()
+    assert snap.transfers == {} and c.pool.num_free == free_before
+    assert c.pool.cached_units() == ((4, 301), (5, 302))
+    assert all(h != 301 for _, h in snap.pending_boundaries)  # the callback's own effect
+    assert check_invariants(snap) == []
+
+
+def test_a_hostile_owner_changes_no_pool_index() -> None:
+    """Issue 3 item 5: an owner whose ``__hash__`` raises used to leave a tagged unit in the
+    production pool (the tag was written before the per-owner count hashed it)."""
+    pool = I.UnitPool(4)
+    pool.reserve_units(1, ("kv", 0))
+    before = _pool_state(pool)
+    for call in (
+        lambda: pool.reserve_units(2, Hostile()),
+        lambda: pool.release_units([0], Hostile()),
+        lambda: pool.rekey_units([0], ("kv", 0), Hostile()),
+    ):
+        with pytest.raises(InvalidArgumentError):
+            call()
+        assert _pool_state(pool) == before
+
+
+def test_only_the_store_names_store_owners() -> None:
+    """Issue 3 item 3: the engine cannot free a checkpoint's units through the pool; the
+    store still can (it releases them when the record goes)."""
+    c = I.PagedStateCheckpointCoordinator(I.UnitPool(6), spec(10, 25), True)
+    op = c.store.begin_store(101, 0)
+    assert op is not None
+    c.complete_previous_batch()
+    cid = c.store.lookup(101)
+    before = deep_state(c)
+    with pytest.raises(StoreOwnedUnitsError):
+        c.pool.release_units(list(op.unit_ids), (CHECKPOINT_OWNER, cid))
+    assert deep_state(c) == before
+    c.unindex(101)  # the store releases its own units
+    assert c.pool.num_free == 6 and c.pool.dirty_units() == frozenset(op.unit_ids)

@@ -17,8 +17,10 @@ from conftest import Seq, spec
 from pagedstate import impl as I
 from pagedstate.models import reference as R
 from pagedstate.spec import (
+    EvictionCallbackError,
     InvalidArgumentError,
     PartialReleaseError,
+    StoreOwnedUnitsError,
     check_invariants,
 )
 from pagedstate.spec.types import CHECKPOINT_OWNER
@@ -28,6 +30,22 @@ KV0, KV1 = ("live-kv", 0), ("live-kv", 1)
 
 def _ok(obj: Any) -> None:
     assert check_invariants(obj.snapshot()) == []
+
+
+def _deep(pool: I.UnitPool) -> Any:
+    """Every structure of a production pool, containers in their own order (heaps as
+    arrays, ordered maps in order)."""
+
+    def canon(x: Any) -> Any:
+        if isinstance(x, dict):
+            return tuple((k, canon(v)) for k, v in x.items())
+        if isinstance(x, (list, tuple)):
+            return tuple(canon(v) for v in x)
+        if isinstance(x, (set, frozenset)):
+            return frozenset(x)
+        return x
+
+    return tuple((k, canon(v)) for k, v in sorted(vars(pool).items()) if k != "on_evict")
 
 
 # -- the pool alone ------------------------------------------------------------------------
@@ -74,27 +92,41 @@ def test_claim_and_uncache() -> None:
     assert pool.num_free == 2
 
 
-def test_on_evict_errors_propagate_after_every_callback() -> None:
+def test_on_evict_errors_undo_the_reservation_after_every_callback() -> None:
+    """A callback that raises (SPEC A.4, G8): every callback still runs, then the
+    reservation is undone (its cached units back under their hashes, in LRU order, the
+    vacant heap as it was) and EvictionCallbackError is raised from the first failure."""
     seen: list[int] = []
 
     def hook(h: int) -> None:
         seen.append(h)
         raise RuntimeError(f"engine failed on {h}")
 
-    pool = I.UnitPool(2, on_evict=hook)
-    pool.cache_units(pool.reserve_units(2, KV0), KV0, [1, 2])
-    with pytest.raises(RuntimeError, match="on 1"):
-        pool.reserve_units(2, KV1)
+    pool = I.UnitPool(4, on_evict=hook)
+    pool.cache_units(pool.reserve_units(2, KV0), KV0, [1, 2])  # units 0, 1 cached
+    assert pool.reserve_units(1, ("x", 0)) == [2]  # unit 3 is the only vacant one
+    before = _deep(pool)
+    with pytest.raises(EvictionCallbackError, match="on 1") as info:
+        pool.reserve_units(3, KV1)  # vacant 3, then cached 0 (hash 1) and 1 (hash 2)
+    assert isinstance(info.value.__cause__, RuntimeError) and info.value.prefix_hash == 1
+    assert info.value.undone and isinstance(info.value, RuntimeError)
     assert seen == [1, 2]
-    assert pool.owner_of(0) == (KV1, 0) and pool.owner_of(1) == (KV1, 1)
+    assert _deep(pool) == before
+    assert pool.cached_units() == ((0, 1), (1, 2)) and pool.owner_of(0) is None
+    pool.on_evict = None
+    assert pool.reserve_units(3, KV1) == [3, 0, 1]  # the same units, in the same order
 
 
 def test_state_units_cannot_be_cached_and_stay_dirty() -> None:
     pool = I.UnitPool(3)
-    units = pool.reserve_units(2, (CHECKPOINT_OWNER, 0))
-    with pytest.raises(InvalidArgumentError):
+    with pool._as_store():  # only the store names a checkpoint owner (SPEC A.3)
+        units = pool.reserve_units(2, (CHECKPOINT_OWNER, 0))
+        with pytest.raises(InvalidArgumentError):
+            pool.cache_units(units, (CHECKPOINT_OWNER, 0), [1, 2])
+    with pytest.raises(StoreOwnedUnitsError):
         pool.cache_units(units, (CHECKPOINT_OWNER, 0), [1, 2])
-    pool.release_units(units, (CHECKPOINT_OWNER, 0))
+    with pool._as_store():
+        pool.release_units(units, (CHECKPOINT_OWNER, 0))
     assert pool.dirty_units() == frozenset(units)  # G10
     again = pool.reserve_units(2, KV0)
     assert all(pool.is_dirty(u) for u in again)  # dirty until scrubbed, free or reserved

@@ -52,6 +52,7 @@ from pagedstate.models.reference import PageUnitCheckpointStore, SlotPool, UnitP
 from pagedstate.spec import (
     AmbiguousSuspendError,
     SlotBusyError,
+    StaleReservationError,
     check_invariants,
     checkpoint_copy_ops_per_batch,
 )
@@ -135,6 +136,37 @@ def test_f04_scratch_slot_stays_borrowed_until_the_next_complete():
     c.complete_previous_batch()
     assert 90 in scratch.free_slots
     assert c.snapshot().scratch_issued == ()
+
+
+def test_f04b_a_stale_midstep_reservation_is_refused():
+    """Not in SPEC F (issue 3): a reservation ``(slot, pos, h)`` from an earlier
+    ``reserve_midstep`` that was cancelled, or published and then stored in an earlier pass,
+    is stale once its slot is lent again. Publishing (or cancelling) it would queue the old
+    ``h`` for the bytes the newer reservation's forward writes (or hand back the newer
+    holder's slot), so it raises StaleReservationError and changes nothing; the outstanding
+    reservation still publishes normally."""
+    c, scratch = _midstep_coord(slots=(90,))
+    old = c.reserve_midstep(Seq(0), [(16, 555)])
+    assert old == [(90, 16, 555)]
+    c.cancel_midstep(old)
+    new = c.reserve_midstep(Seq(1), [(32, 666)])
+    assert new == [(90, 32, 666)]  # the same slot, lent again
+    assert_unchanged(c, lambda: c.publish_midstep(old), StaleReservationError)
+    assert_unchanged(c, lambda: c.cancel_midstep(old), StaleReservationError)
+    c.publish_midstep(new)
+    stores, _ = c.take_checkpoint_ops()
+    assert [op.src_slot for op in stores] == [90]
+    c.complete_previous_batch()
+    assert c.contains(666) and not c.store.contains_or_pending(555)
+
+    # A reservation published and stored in an earlier pass is stale too.
+    again = c.reserve_midstep(Seq(2), [(48, 777)])
+    assert again == [(90, 48, 777)]
+    assert_unchanged(c, lambda: c.publish_midstep(new), StaleReservationError)
+    c.publish_midstep(again)
+    c.take_checkpoint_ops()
+    c.complete_previous_batch()
+    assert c.contains(777) and scratch.free_slots == {90}
 
 
 # ---------------------------------------------------------------------------------------
