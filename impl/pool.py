@@ -200,6 +200,7 @@ class UnitPool:
         # Depth of _as_store() blocks: store owners are accepted only inside one.
         self._store_calls = 0
         self._store_access = _StoreAccess(self)
+        self._deferral = _Deferral(self)  # the store's reusable deferred_evictions()
 
     def clone(self) -> UnitPool:
         """A deep copy sharing nothing mutable (``on_evict`` is shared). O(num_units)."""
@@ -213,6 +214,7 @@ class UnitPool:
         c._deferred = list(self._deferred)
         c._undo = list(self._undo)
         c._store_access = _StoreAccess(c)
+        c._deferral = _Deferral(c)
         return c
 
     # -- reading ------------------------------------------------------------------------
@@ -414,6 +416,11 @@ class UnitPool:
             and not self._store_calls
         ):
             raise StoreOwnedUnitsError(store_owned_message(owner))
+        return self._reserve(count, owner)
+
+    def _reserve(self, count: int, owner: Hashable) -> list[int] | None:
+        """``reserve_units`` past its argument checks: the store's own path (its owners are
+        well formed and its own to use)."""
         vacant = self._vacant
         cached = self._cached
         if len(vacant) + len(cached) < count:
@@ -520,9 +527,13 @@ class UnitPool:
             PartialReleaseError: the owner holds more units than named.
         """
         if self._is_whole(unit_ids, owner):
-            ids = unit_ids
+            self._release(unit_ids, owner)
         else:
-            ids = self._validate_whole(unit_ids, owner)
+            self._release(self._validate_whole(unit_ids, owner), owner)
+
+    def _release(self, ids: tuple[int, ...] | list[int], owner: Hashable) -> None:
+        """``release_units`` of a whole reservation already known to be ``owner``'s, in
+        piece order: the store's own path for its records' units."""
         tags = self._tags
         vacant = self._vacant
         push = heapq.heappush

@@ -154,6 +154,8 @@ class _OffloadPin:
 
 def _deferring(pool: Any, *, undo_on_error: bool = False) -> AbstractContextManager[Any]:
     """``pool.deferred_evictions()`` where the pool offers it (see :mod:`.pool`)."""
+    if type(pool) is UnitPool and not undo_on_error:
+        return pool._deferral
     defer = getattr(pool, "deferred_evictions", None)
     if defer is None:
         return nullcontext()
@@ -523,8 +525,12 @@ class PageUnitCheckpointStore:
             del self.hash_to_checkpoint[h]
         if self._pending_by_hash.get(h) == cid:
             del self._pending_by_hash[h]
-        with _as_store(self.pool):
-            self.pool.release_units(rec.unit_ids, (CHECKPOINT_OWNER, cid))
+        pool = self.pool
+        if type(pool) is UnitPool:
+            pool._release(rec.unit_ids, (CHECKPOINT_OWNER, cid))
+        else:
+            with _as_store(pool):
+                pool.release_units(rec.unit_ids, (CHECKPOINT_OWNER, cid))
 
     def _pin(self, cid: int, kind: str) -> None:
         """Take a pin of ``kind`` (restore, offload, lease) through the record table; only a
@@ -639,9 +645,13 @@ class PageUnitCheckpointStore:
         row = T.RECORD.step(T.ABSENT, "begin_store")
         cid = self._next_checkpoint_id
         self._next_checkpoint_id = cid + 1
-        with _deferring(self.pool):
-            with _as_store(self.pool):
-                units = self.pool.reserve_units(u, (CHECKPOINT_OWNER, cid))
+        pool = self.pool
+        with _deferring(pool):
+            if type(pool) is UnitPool:
+                units = pool._reserve(u, (CHECKPOINT_OWNER, cid))
+            else:
+                with _as_store(pool):
+                    units = pool.reserve_units(u, (CHECKPOINT_OWNER, cid))
             if units is None:
                 # The pool refused before changing anything (no callback ran): the
                 # identity was not consumed.
