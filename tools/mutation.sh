@@ -7,7 +7,7 @@
 # default, runs all of them); MUTATION_JOBS sets mutmut's --max-children.
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
-venv=${VENV:-$root/.venv}
+venv=$(cd "$root" && realpath "${VENV:-.venv}")  # absolute: the run happens in $dir
 dir=${MUTATION_DIR:-$root/build/mutation}
 rev=${MUTATION_REV:-HEAD}
 k=${MUTATION_SAMPLE:-1}
