@@ -101,3 +101,176 @@ def test_resume_reports_the_lease_and_the_restore_it_requeues(
     r.s.resume_suspended_restore(r.lease)
     assert w.s.restore_queued_for(lease.op.dst_slot) is r.s.restore_queued_for(r.lease.op.dst_slot)
     assert w.s.restore_queued_for(lease.op.dst_slot)
+
+
+# -- survivors of the 2026-11-30 sample at 962d58a (docs/mutation.md) ----------------------
+
+
+def _both_stores(**kwargs: Any) -> tuple[Any, Any]:
+    """A reference and a production store over pools of 16 units, one-unit images."""
+    from conftest import spec
+
+    return (
+        R.PageUnitCheckpointStore(R.UnitPool(16), spec(10, 10), **kwargs),
+        I.PageUnitCheckpointStore(I.UnitPool(16), spec(10, 10), **kwargs),
+    )
+
+
+def _outcome(fn: Any) -> Any:
+    try:
+        return "returned", fn()
+    except PagedStateError as exc:
+        return type(exc), str(exc)
+
+
+@pytest.mark.parametrize("bad", [True, -1, 1.0])
+def test_release_refuses_a_unit_id_that_is_not_a_plain_id(bad: Any) -> None:
+    """``_is_whole``'s fast path: a bool (``True == 1``), a negative id (which would index
+    the tag list from its end) or a float is not unit 1 / the last unit. Set up so that the
+    unit those would alias is the owner's piece 0, refused with the reference's error and
+    nothing changed."""
+    for models in (R, I):
+        pool = models.UnitPool(4)
+        owner = ("live-kv", 7)
+        alias = 3 if bad == -1 else 1
+        if alias == 3:
+            assert pool.reserve_units(3, ("live-kv", 1)) == [0, 1, 2]
+        else:
+            assert pool.reserve_units(1, ("live-kv", 1)) == [0]
+        assert pool.reserve_units(1, owner) == [alias]
+        before = pool.snapshot_parts()
+        with pytest.raises(PagedStateError):
+            pool.release_units([bad], owner)
+        assert pool.snapshot_parts() == before
+    r, i = R.UnitPool(4), I.UnitPool(4)
+    for p in (r, i):
+        p.reserve_units(1, ("live-kv", 1))
+        p.reserve_units(1, ("live-kv", 7))
+    assert _outcome(lambda: i.release_units([bad], ("live-kv", 7))) == _outcome(
+        lambda: r.release_units([bad], ("live-kv", 7))
+    )
+
+
+def test_release_of_a_large_reservation_takes_the_bulk_path() -> None:
+    """More than ``_SMALL`` units: the C-level whole-reservation check, in both stores."""
+    for models in (R, I):
+        pool = models.UnitPool(64)
+        units = pool.reserve_units(40, ("live-kv", 1))
+        assert units == list(range(40))
+        pool.release_units(units, ("live-kv", 1))
+        assert pool.num_free == 64
+        units = pool.reserve_units(20, ("live-kv", 2))
+        with pytest.raises(PagedStateError):
+            pool.release_units(units[:-1], ("live-kv", 2))  # partial (G9)
+        with pytest.raises(PagedStateError):
+            pool.release_units([*units[:-1], 63], ("live-kv", 2))  # a free unit
+        pool.release_units(units, ("live-kv", 2))
+        assert pool.num_free == 64
+
+
+def test_cache_units_names_what_prefix_hashes_must_be() -> None:
+    pool = I.UnitPool(4)
+    units = pool.reserve_units(2, ("live-kv", 1))
+    with pytest.raises(PagedStateError, match=r"prefix_hashes must be a list or tuple of 2"):
+        pool.cache_units(units, ("live-kv", 1), [5])
+
+
+def test_store_access_nests() -> None:
+    """``_as_store()`` blocks nest: leaving the inner one keeps the outer one's access."""
+    pool = I.UnitPool(4)
+    owner = ("state-checkpoint", 0)
+    with pool._as_store():
+        with pool._as_store():
+            pass
+        assert pool.reserve_units(1, owner) == [0]
+    with pytest.raises(PagedStateError):
+        pool.reserve_units(1, ("state-checkpoint", 1))
+
+
+def test_lookup_of_a_copying_record_is_exactly_minus_one() -> None:
+    """``lookup`` answers -1 (ATOM's value) for a hash whose record is COPYING or
+    EVICTING, not just some negative number."""
+    for store in _both_stores():
+        assert store.begin_store(5, 0) is not None
+        assert store.lookup(5) == -1  # COPYING
+        store.complete_inflight()
+        assert store.lookup(5) >= 0
+        assert store.begin_restore(5, 1) is not None  # pinned
+        assert store.unindex(5)  # EVICTING while pinned
+        assert store.lookup(5) == -1
+        assert store.lookup(6) == -1  # never stored
+
+
+def test_restore_into_slot_zero() -> None:
+    for store in _both_stores():
+        assert store.begin_store(5, 3) is not None
+        store.complete_inflight()
+        op = store.begin_restore(5, 0)
+        assert op is not None and op.dst_slot == 0
+        assert store.restore_queued_for(0)
+
+
+def test_a_lease_not_yet_issued_is_unknown_not_reused() -> None:
+    """A forged lease naming the next id to be issued was never issued: UnknownOperation,
+    the reference's class and message (a reused lease would be LeaseReusedError)."""
+    from pagedstate.spec import LeaseReusedError, UnknownOperationError
+
+    outcomes = []
+    for store in _both_stores():
+        assert store.begin_store(5, 3) is not None
+        store.complete_inflight()
+        assert store.begin_restore(5, 1) is not None
+        lease = store.suspend_queued_restore(1)
+        assert lease is not None
+        forged = type(lease)(lease.checkpoint_id, lease.op, lease.lease_id + 1)
+        got = _outcome(lambda s=store, f=forged: s.resume_suspended_restore(f))
+        assert got[0] is UnknownOperationError
+        outcomes.append(got)
+        store.resume_suspended_restore(lease)
+        again = _outcome(lambda s=store, le=lease: s.resume_suspended_restore(le))
+        assert again[0] is LeaseReusedError
+    assert outcomes[0] == outcomes[1]
+
+
+def test_a_live_pin_below_the_forfeit_watermark_is_trusted() -> None:
+    """G7: past the exact forfeit memory, a report at or below the watermark is untrusted
+    *unless its operation still holds a live pin*: here an explicit lease (generation 1,
+    never timed out) under a watermark of 2."""
+    from conftest import FakeClock, spec
+
+    answers = []
+    for models in (R, I):
+        clock = FakeClock(0.0)
+        store = models.PageUnitCheckpointStore(
+            models.UnitPool(16), spec(10, 10), offload_sink=True, clock=clock, forfeit_bound=1
+        )
+        for h in (1, 2, 3):
+            assert store.begin_store(h, 0) is not None
+            store.complete_inflight()
+        leased = store.acquire_checkpoint_source(1)
+        assert leased is not None
+        lease_op = leased[0]
+        ops = [op for op, _ in store.take_offload_stores(3)]
+        assert [op.prefix_hash for op in ops] == [2, 3]
+        clock.advance(10)
+        assert store.reclaim_stale_offload_pins(5) == 2  # 2 and 3; the bound trims 2
+        got = (store.was_reclaimed(lease_op), [store.was_reclaimed(op) for op in ops])
+        assert got == (False, [True, True])
+        answers.append(got)
+    assert answers[0] == answers[1]
+
+
+def test_snapshot_shows_cached_kv_units() -> None:
+    """The snapshot carries the pool's cached KV units (unit, prefix hash), so a refused
+    call that disturbed them is seen."""
+    c = I.PagedStateCheckpointCoordinator(I.UnitPool(8), _spec_of_two(), True)
+    units = c.pool.reserve_units(2, ("live-kv", 1))
+    c.pool.cache_units(units, ("live-kv", 1), [11, 12])
+    snap = c.snapshot()
+    assert dict(snap.cached) == {units[0]: 11, units[1]: 12}
+
+
+def _spec_of_two() -> Any:
+    from conftest import spec
+
+    return spec(10, 20)
