@@ -274,3 +274,18 @@ def _spec_of_two() -> Any:
     from conftest import spec
 
     return spec(10, 20)
+
+
+def test_a_pin_on_a_copying_record_is_refused_naming_its_phase() -> None:
+    """G11 through the production store's own ``_pin`` (the reference's is covered by
+    tests/test_section_g.py): the table refuses it and the error names the real phase."""
+    from pagedstate.spec import IllegalTransitionError
+
+    for store in _both_stores():
+        assert store.begin_store(5, 0) is not None
+        cid = store.snapshot().pending[5]
+        before = store.snapshot()
+        with pytest.raises(IllegalTransitionError) as info:
+            store._pin(cid, "restore")
+        assert (info.value.phase, info.value.event) == ("COPYING", "pin_restore")
+        assert store.snapshot() == before
