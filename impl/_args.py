@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from pagedstate.spec.errors import InvalidArgumentError
+from pagedstate.spec.errors import InvalidArgumentError, need_hashable
 from pagedstate.spec.types import CHECKPOINT_OWNER, TRANSFER_OWNER
 
-__all__ = ["is_int", "need_int", "need_hashable", "is_dirtying", "is_checkpoint_owner",
-           "store_owned_message"]
+__all__ = ["is_int", "need_int", "need_hashable", "is_dirtying", "is_checkpoint_owner"]
 
 
 def is_int(value: object) -> bool:
@@ -32,28 +31,6 @@ def need_int(name: str, value: object, minimum: int | None = None) -> int:
     if minimum is not None and value < minimum:
         raise InvalidArgumentError(f"{name} must be >= {minimum}, got {value}")
     return value
-
-
-def need_hashable(name: str, value: object) -> None:
-    """Check that ``value`` can be hashed (an owner is a dict key, SPEC A.3).
-
-    Raises:
-        InvalidArgumentError: ``hash(value)`` raised (unhashable, or a ``__hash__`` that
-            fails); the message names ``name``.
-    """
-    try:
-        hash(value)
-    except Exception as exc:
-        raise InvalidArgumentError(f"{name} must be hashable, got {value!r}") from exc
-
-
-def store_owned_message(owner: Hashable) -> str:
-    """The message of :class:`~pagedstate.spec.errors.StoreOwnedUnitsError` for ``owner``."""
-    return (
-        f"units of {owner!r} belong to the checkpoint store; only the store reserves,"
-        " releases or retags them (SPEC A.3): release a checkpoint through the store"
-        " (unindex, clear_index) and a transfer reservation through release_transfer_units"
-    )
 
 
 def is_dirtying(owner: Hashable) -> bool:

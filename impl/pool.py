@@ -91,7 +91,7 @@ from pagedstate.spec.errors import (
 )
 from pagedstate.spec.types import CHECKPOINT_OWNER, TRANSFER_OWNER
 
-from ._args import is_dirtying, is_int, need_hashable, need_int, store_owned_message
+from ._args import is_dirtying, is_int, need_hashable, need_int
 
 __all__ = ["UnitPool", "SlotPool", "KVBlockPool", "EvictionCallback"]
 
@@ -318,7 +318,7 @@ class UnitPool:
 
     def _need_owner(self, name: str, owner: Hashable) -> None:
         """``owner`` is hashable and, unless the store is calling, not a store owner (the
-        same test is inlined in ``reserve_units`` and ``_validate_whole``)."""
+        test ``_is_whole`` makes on the fast path)."""
         try:
             hash(owner)
         except Exception:
@@ -329,23 +329,13 @@ class UnitPool:
             and owner[0] in _STORE_KINDS
             and not self._store_calls
         ):
-            raise StoreOwnedUnitsError(store_owned_message(owner))
+            raise StoreOwnedUnitsError.for_owner(owner)
 
     def _validate_whole(self, unit_ids: Any, owner: Hashable) -> tuple[int, ...]:
         ids = _ids_list(unit_ids)
         if owner is None:
             raise InvalidArgumentError("owner must not be None")
-        try:
-            hash(owner)
-        except Exception:
-            need_hashable("owner", owner)
-        if (
-            isinstance(owner, tuple)
-            and len(owner) == 2
-            and owner[0] in _STORE_KINDS
-            and not self._store_calls
-        ):
-            raise StoreOwnedUnitsError(store_owned_message(owner))
+        self._need_owner("owner", owner)
         tags = self._tags
         n = self.num_units
         for piece, u in enumerate(ids):
@@ -405,17 +395,7 @@ class UnitPool:
             need_int("count", count, 0)
         if owner is None:
             raise InvalidArgumentError("a reservation needs an owner, got None")
-        try:
-            hash(owner)
-        except Exception:
-            need_hashable("owner", owner)
-        if (
-            isinstance(owner, tuple)
-            and len(owner) == 2
-            and owner[0] in _STORE_KINDS
-            and not self._store_calls
-        ):
-            raise StoreOwnedUnitsError(store_owned_message(owner))
+        self._need_owner("owner", owner)
         return self._reserve(count, owner)
 
     def _reserve(self, count: int, owner: Hashable) -> list[int] | None:

@@ -88,7 +88,7 @@ from pagedstate.spec.types import (
     SuspendedCheckpointRestore,
 )
 
-from ._args import is_checkpoint_owner, need_int, store_owned_message
+from ._args import is_checkpoint_owner, need_int
 from .pool import UnitPool
 
 __all__ = [
@@ -921,7 +921,7 @@ class PageUnitCheckpointStore:
                 f"adoption needs exactly {self._units} units, got {unit_ids!r}"
             )
         if is_checkpoint_owner(owner):
-            raise StoreOwnedUnitsError(store_owned_message(owner))
+            raise StoreOwnedUnitsError.for_owner(owner)
         if self.contains_or_pending(prefix_hash):
             with _as_store(self.pool):
                 self.pool.release_units(unit_ids, owner)

@@ -44,6 +44,7 @@ from pagedstate.spec.errors import (
     StoreOwnedUnitsError,
     UnknownOperationError,
     WrongOwnerError,
+    need_hashable,
 )
 from pagedstate.spec.guards import (
     UNDERFLOW_MESSAGE,
@@ -101,21 +102,6 @@ def _need_int(name: str, value: object, minimum: int | None = None) -> None:
         raise InvalidArgumentError(f"{name} must be >= {minimum}, got {value}")
 
 
-def _need_hashable(name: str, value: object) -> None:
-    try:
-        hash(value)
-    except Exception as exc:
-        raise InvalidArgumentError(f"{name} must be hashable, got {value!r}") from exc
-
-
-def _store_owned_message(owner: Hashable) -> str:
-    return (
-        f"units of {owner!r} belong to the checkpoint store; only the store reserves,"
-        " releases or retags them (SPEC A.3): release a checkpoint through the store"
-        " (unindex, clear_index) and a transfer reservation through release_transfer_units"
-    )
-
-
 def _is_checkpoint_owner(owner: Hashable) -> bool:
     return isinstance(owner, tuple) and len(owner) == 2 and owner[0] == CHECKPOINT_OWNER
 
@@ -128,7 +114,7 @@ def _free_slots(scratch: object) -> frozenset[int] | None:
 def _need_transfer_owner(owner: Hashable) -> None:
     if owner is None:
         raise InvalidArgumentError("a transfer reservation needs an owner, got None")
-    _need_hashable("owner", owner)
+    need_hashable("owner", owner)
 
 
 def _is_dirtying(owner: Hashable) -> bool:
@@ -216,9 +202,9 @@ class UnitPool:
         return _StoreAccess(self)
 
     def _need_owner(self, name: str, owner: Hashable) -> None:
-        _need_hashable(name, owner)
+        need_hashable(name, owner)
         if not self._store_calls and _is_dirtying(owner):
-            raise StoreOwnedUnitsError(_store_owned_message(owner))
+            raise StoreOwnedUnitsError.for_owner(owner)
 
     def _need_unit(self, unit: int) -> None:
         _need_int("unit id", unit, 0)
@@ -931,7 +917,7 @@ class PageUnitCheckpointStore(_Stepper):
                 f"adoption needs exactly {self.units_per_checkpoint} units, got {unit_ids!r}"
             )
         if _is_checkpoint_owner(owner):
-            raise StoreOwnedUnitsError(_store_owned_message(owner))
+            raise StoreOwnedUnitsError.for_owner(owner)
         if self.contains_or_pending(prefix_hash):
             with self.pool._as_store():
                 self.pool.release_units(unit_ids, owner)

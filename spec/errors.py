@@ -12,6 +12,8 @@ store and coordinator is as it was before the call (SPEC section G8).
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 __all__ = [
     "PagedStateError",
     "BadSpecError",
@@ -33,6 +35,7 @@ __all__ = [
     "CheckpointVanishedError",
     "BatchTooLargeError",
     "EvictionCallbackError",
+    "need_hashable",
 ]
 
 
@@ -72,6 +75,17 @@ class StoreOwnedUnitsError(WrongOwnerError):
     an engine that freed them would hand a live image's units to someone else. Release a
     checkpoint through the store (``unindex``, ``clear_index``) and a transfer reservation
     through ``release_transfer_units``; nothing was changed."""
+
+    @classmethod
+    def for_owner(cls, owner: Hashable) -> StoreOwnedUnitsError:
+        """The error both stores raise for ``owner`` (one message, so an engine sees the
+        same text from either)."""
+        return cls(
+            f"units of {owner!r} belong to the checkpoint store; only the store reserves,"
+            " releases or retags them (SPEC A.3): release a checkpoint through the store"
+            " (unindex, clear_index) and a transfer reservation through"
+            " release_transfer_units"
+        )
 
 
 class PartialReleaseError(PagedStateError, AssertionError):
@@ -185,3 +199,17 @@ class EvictionCallbackError(PagedStateError, RuntimeError):
                 else "the reservation that evicted it stands"
             )
         )
+
+
+def need_hashable(name: str, value: object) -> None:
+    """Check that ``value`` can be hashed (an owner is a dict key, SPEC A.3); both stores
+    call it, so their messages agree.
+
+    Raises:
+        InvalidArgumentError: ``hash(value)`` raised (unhashable, or a ``__hash__`` that
+            fails); the message names ``name``.
+    """
+    try:
+        hash(value)
+    except Exception as exc:
+        raise InvalidArgumentError(f"{name} must be hashable, got {value!r}") from exc
