@@ -32,6 +32,7 @@ from pagedstate.spec.errors import (
     StaleReservationError,
     UnknownOperationError,
 )
+from pagedstate.spec.protocols import need_coordinator_args
 from pagedstate.spec.sequences import need_sequence, sequence_slot
 from pagedstate.spec.snapshot import Snapshot
 from pagedstate.spec.types import (
@@ -111,7 +112,8 @@ class PagedStateCheckpointCoordinator:
         forfeit_bound: int = DEFAULT_FORFEIT_BOUND,
         change_log_size: int = DEFAULT_CHANGE_LOG_SIZE,
     ) -> None:
-        self.enabled = bool(enabled)
+        need_coordinator_args(enabled, offload, readable_midstep)
+        self.enabled = enabled
         self.readable_midstep = bool(readable_midstep)
         self.offload = offload
         self.store = self.store_class(

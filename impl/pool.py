@@ -341,10 +341,7 @@ class UnitPool:
         for piece, u in enumerate(ids):
             tag = tags[u] if u < n else None
             if tag != (owner, piece):
-                raise WrongOwnerError(
-                    f"raw unit {u} belongs to {tag!r}, not {(owner, piece)!r}; release a"
-                    " reservation with its own owner, in piece order"
-                )
+                raise WrongOwnerError.for_unit(u, tag, owner, piece)
         held = self._held_by(owner)
         if held != len(ids):
             raise PartialReleaseError(

@@ -77,6 +77,7 @@ from pagedstate.spec.guards import (
     units_available,
     unpin_guard,
 )
+from pagedstate.spec.protocols import need_pool
 from pagedstate.spec.snapshot import OffloadPinView, RecordView, Snapshot
 from pagedstate.spec.tables import Row, Table
 from pagedstate.spec.types import (
@@ -218,6 +219,7 @@ class PageUnitCheckpointStore:
         need_int("offload_backlog_cap", offload_backlog_cap, 1)
         need_int("forfeit_bound", forfeit_bound, 1)
         need_int("change_log_size", change_log_size, 1)
+        need_pool(pool)
         self.pool = pool
         self.spec = spec
         self._units = spec.units_per_checkpoint

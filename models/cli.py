@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 
@@ -55,6 +56,21 @@ def _run_render(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Seconds between the plain progress lines ``explore`` prints when stderr is no terminal.
+_LOG_EVERY_S = 30.0
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an int >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
 def _run_explore(args: argparse.Namespace) -> int:
     """``pagedstate explore``: exhaustive search of one configuration; prints the report.
 
@@ -71,6 +87,9 @@ def _run_explore(args: argparse.Namespace) -> int:
         print(f"unknown config {args.config!r}; choose one of {sorted(CONFIGS)}", file=sys.stderr)
         return 2
     console = Console(stderr=True)
+    # Off a terminal (a CI log), one plain line every `_LOG_EVERY_S` seconds instead of the bar.
+    plain = not args.quiet and not console.is_terminal
+    last_line = [time.monotonic()]
     with Progress(
         SpinnerColumn(),
         TextColumn("[bold]explore {task.fields[config]}[/]"),
@@ -88,6 +107,12 @@ def _run_explore(args: argparse.Namespace) -> int:
         def progress(r: Report) -> None:
             bar.update(task, distinct=r.distinct, depth=r.depth, queue=r.frontier_left,
                        rate=r.states_per_second)
+            now = time.monotonic()
+            if plain and now - last_line[0] >= _LOG_EVERY_S:
+                last_line[0] = now
+                print(f"explore {args.config}: {r.distinct:,} distinct, depth {r.depth},"
+                      f" queue {r.frontier_left:,}, {r.states_per_second:,.0f}/s",
+                      file=sys.stderr, flush=True)
 
         if args.workers > 1:
             report = explore_parallel(
@@ -149,10 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     explore.add_argument("--config", default="default", help="tiny, default or wide")
-    explore.add_argument("--workers", type=int, default=1,
+    explore.add_argument("--workers", type=_positive_int, default=1,
                          help="worker processes (forked; default 1)")
-    explore.add_argument("--max-states", type=int, default=None,
-                         help="stop after this many distinct states")
+    explore.add_argument("--max-states", type=_positive_int, default=None,
+                         help="stop after this many distinct states (>= 1)")
     explore.add_argument("--no-drain", action="store_true",
                          help="skip the per-state drain (leak) check")
     explore.add_argument("--json", metavar="FILE", default=None,

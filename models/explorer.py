@@ -292,11 +292,14 @@ class Report:
                 " (a bound too small, or a vacuous model); exit status 1."
             )
         if self.violation is None:
-            lines.append(
-                "Model checking completed. No error has been found."
-                if self.complete
-                else f"Search stopped at its {self.stopped or 'bound'}. No error has been found."
-            )
+            if self.complete:
+                lines.append("Model checking completed. No error has been found.")
+            else:
+                lines.append(
+                    f"Search stopped at its {self.stopped or 'bound'}. No error has been found"
+                    " in the states it reached"
+                    + ("." if self.ok else " (the result above stands: NOT OK).")
+                )
         else:
             v = self.violation
             lines.append(f"{v.kind} {v.name} is violated: {v.message}")

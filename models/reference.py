@@ -53,6 +53,7 @@ from pagedstate.spec.guards import (
     reclaimed_by_cases,
     units_available_by_walk,
 )
+from pagedstate.spec.protocols import need_coordinator_args, need_pool
 from pagedstate.spec.sequences import need_sequence, sequence_slot
 from pagedstate.spec.snapshot import OffloadPinView, RecordView, Snapshot
 from pagedstate.spec.tables import Row, Table
@@ -294,10 +295,7 @@ class UnitPool:
         for piece, u in enumerate(ids):
             tag = self._tags.get(u)
             if tag != (owner, piece):
-                raise WrongOwnerError(
-                    f"raw unit {u} belongs to {tag!r}, not {(owner, piece)!r}; release a"
-                    " reservation with its own owner, in piece order"
-                )
+                raise WrongOwnerError.for_unit(u, tag, owner, piece)
         held = sum(1 for tag in self._tags.values() if tag[0] == owner)
         if held != len(ids):
             raise PartialReleaseError(
@@ -448,6 +446,7 @@ class PageUnitCheckpointStore(_Stepper):
         _need_int("offload_backlog_cap", offload_backlog_cap, 1)
         _need_int("forfeit_bound", forfeit_bound, 1)
         _need_int("change_log_size", change_log_size, 1)
+        need_pool(pool)
         self.pool = pool
         self.spec = spec
         self.clock: Callable[[], float] = clock if clock is not None else time.monotonic
@@ -1149,7 +1148,8 @@ class PagedStateCheckpointCoordinator(_Stepper):
         forfeit_bound: int = DEFAULT_FORFEIT_BOUND,
         change_log_size: int = DEFAULT_CHANGE_LOG_SIZE,
     ) -> None:
-        self.enabled = bool(enabled)
+        need_coordinator_args(enabled, offload, readable_midstep)
+        self.enabled = enabled
         self.readable_midstep = bool(readable_midstep)
         self.offload = offload
         self.store = self.store_class(

@@ -35,7 +35,6 @@ __all__ = [
     "CheckpointVanishedError",
     "BatchTooLargeError",
     "EvictionCallbackError",
-    "need_hashable",
 ]
 
 
@@ -66,6 +65,16 @@ class WrongOwnerError(PagedStateError, AssertionError):
     """A unit is not tagged ``(owner, piece)`` as the caller claimed (SPEC A.2,
     scenario S16). Nothing was released or retagged: pass the owner the units
     were reserved for, in piece order."""
+
+    @classmethod
+    def for_unit(cls, unit: int, tag: object, owner: Hashable, piece: int) -> WrongOwnerError:
+        """The error both pools raise when ``unit`` is not ``(owner, piece)``: ``tag`` is
+        what it is (``None``: free)."""
+        held = "is free" if tag is None else f"is held as {tag!r} (owner, piece)"
+        return cls(
+            f"raw unit {unit} {held}, not by {owner!r} as piece {piece}; release a whole"
+            " reservation with its own owner, its units in piece order"
+        )
 
 
 class StoreOwnedUnitsError(WrongOwnerError):

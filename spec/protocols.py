@@ -12,17 +12,25 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from .errors import InvalidArgumentError
 from .snapshot import Snapshot
 from .types import (
     CheckpointRestoreOp,
     CheckpointStoreOp,
+    OffloadIndex,
     ScratchSlotPool,
     SequenceLike,
     StateStoreOperationId,
     SuspendedCheckpointRestore,
 )
 
-__all__ = ["UnitPoolProtocol", "CheckpointStoreProtocol", "CoordinatorProtocol"]
+__all__ = [
+    "UnitPoolProtocol",
+    "CheckpointStoreProtocol",
+    "CoordinatorProtocol",
+    "need_pool",
+    "need_coordinator_args",
+]
 
 
 @runtime_checkable
@@ -258,3 +266,36 @@ class CoordinatorProtocol(Protocol):
     def checkpoint_fates(self) -> dict[str, int]: ...
 
     def snapshot(self) -> Snapshot: ...
+
+
+def need_pool(pool: object) -> None:
+    """Check, at construction, that ``pool`` is a unit pool (:class:`UnitPoolProtocol`):
+    both stores call it, so a wrong object fails there and not at the first drain.
+
+    Raises:
+        InvalidArgumentError: ``pool`` lacks a member of :class:`UnitPoolProtocol`.
+    """
+    if not isinstance(pool, UnitPoolProtocol):
+        raise InvalidArgumentError(
+            f"pool must be a unit pool (num_units, num_free, has_free, reserve_units,"
+            f" release_units, rekey_units, owner_of, is_dirty, dirty_units, mark_clean),"
+            f" got {pool!r}"
+        )
+
+
+def need_coordinator_args(enabled: object, offload: object, readable_midstep: object) -> None:
+    """Check a coordinator's constructor arguments (both coordinators call it).
+
+    Raises:
+        InvalidArgumentError: ``enabled`` or ``readable_midstep`` is not a bool, or
+            ``offload`` is neither None nor an :class:`~pagedstate.spec.types.OffloadIndex`
+            (it must have ``could_serve(prefix_hash)``).
+    """
+    for name, value in (("enabled", enabled), ("readable_midstep", readable_midstep)):
+        if type(value) is not bool:
+            raise InvalidArgumentError(f"{name} must be a bool, got {value!r}")
+    if offload is not None and not isinstance(offload, OffloadIndex):
+        raise InvalidArgumentError(
+            f"offload must be None or have could_serve(prefix_hash) (OffloadIndex), got"
+            f" {offload!r}"
+        )

@@ -21,6 +21,11 @@ def sequence_slot(seq: SequenceLike) -> int:
     if type(slot) is not int:
         if isinstance(slot, int) and not isinstance(slot, bool):
             return int(slot)
+        if not hasattr(seq, "state_slot"):
+            raise InvalidArgumentError(
+                f"a {type(seq).__name__} is not a sequence: it has no state_slot (a sequence"
+                " needs an int state_slot and a has_per_req_cache attribute)"
+            )
         raise InvalidArgumentError(f"a sequence's state_slot must be an int, got {slot!r}")
     return slot
 

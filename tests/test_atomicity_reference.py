@@ -492,3 +492,51 @@ def test_constructors_validate():
         PageUnitCheckpointStore(UnitPool(3), spec(10, 25), forfeit_bound=-1)
     with pytest.raises(InvalidArgumentError):
         PagedStateCheckpointCoordinator(UnitPool(3), spec(10, 25), True, change_log_size=0)
+
+
+# -- constructor arguments and messages (fresh-user trial, 2026-11-30) ---------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        ({"enabled": "yes"}, "enabled must be a bool"),
+        ({"enabled": None}, "enabled must be a bool"),
+        ({"enabled": True, "readable_midstep": 1}, "readable_midstep must be a bool"),
+        ({"enabled": True, "offload": object()}, "could_serve"),
+    ],
+)
+def test_coordinator_arguments_are_checked_at_construction(
+    kwargs: dict[str, Any], needle: str
+) -> None:
+    from pagedstate import impl as I
+
+    for coord_cls, pool_cls in (
+        (PagedStateCheckpointCoordinator, UnitPool),
+        (I.PagedStateCheckpointCoordinator, I.UnitPool),
+    ):
+        with pytest.raises(InvalidArgumentError, match=needle):
+            coord_cls(pool_cls(4), spec(10, 20), **kwargs)
+
+
+def test_a_pool_that_is_not_a_pool_is_refused_at_construction() -> None:
+    from pagedstate import impl as I
+
+    for coord_cls in (PagedStateCheckpointCoordinator, I.PagedStateCheckpointCoordinator):
+        with pytest.raises(InvalidArgumentError, match="pool must be a unit pool"):
+            coord_cls([], spec(10, 20), True)
+
+
+def test_messages_say_what_is_wrong() -> None:
+    from pagedstate import impl as I
+
+    for models_pool, coord_cls in (
+        (UnitPool, PagedStateCheckpointCoordinator),
+        (I.UnitPool, I.PagedStateCheckpointCoordinator),
+    ):
+        pool = models_pool(4)
+        with pytest.raises(WrongOwnerError, match=r"raw unit 0 is free, not by 'nobody' as"):
+            pool.release_units([0], "nobody")
+        coord = coord_cls(models_pool(4), spec(10, 20), True)
+        with pytest.raises(InvalidArgumentError, match="an? object is not a sequence: it has no state_slot"):
+            coord.checkpoint(object(), 4, 1)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
@@ -15,3 +17,21 @@ def test_readme_python_blocks_run() -> None:
         namespace: dict[str, object] = {}
         exec(compile(code, f"README.md block {i}", "exec"), namespace)
         assert "coord" in namespace
+
+
+def test_eventlog_doc_example_runs_and_its_log_validates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/eventlog.md's example, run as written with ``STATE_EVENT_LOG`` set: the log it
+    writes is closed and ``check-log`` matches it."""
+    from pagedstate.models.checklog import check_file
+
+    doc = README.parent / "docs" / "eventlog.md"
+    (code,) = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S)[:1]
+    log = tmp_path / "events.ndjson"
+    monkeypatch.setenv("STATE_EVENT_LOG", str(log))
+    namespace: dict[str, object] = {}
+    exec(compile(code, "docs/eventlog.md block 0", "exec"), namespace)
+    assert namespace["log"] is not None
+    result = check_file(str(log), require_footer=True)
+    assert result.exit_code == 0, result.text()
