@@ -412,6 +412,14 @@ class PagedStateCheckpointCoordinator:
         (and counts as dropped) the earlier one; re-filing the same ``h`` changes nothing
         (G1). Ignored when checkpoints do not apply or ``seq.state_slot < 0``. O(1).
 
+        Args:
+            seq: the engine's request (:class:`~pagedstate.spec.types.SequenceLike`); its
+                ``state_slot`` is read at the drain, not now.
+            boundary_blocks: the prefix length of the boundary, in KV blocks. Checked and
+                kept for ATOM's signature; the store keys images by ``h`` alone, so it does
+                not change what is stored.
+            h: the prefix hash of the first ``boundary_blocks`` blocks.
+
         Raises:
             InvalidArgumentError: ``boundary_blocks`` not an int >= 0, ``h`` not an int, or
                 ``seq`` not a sequence.

@@ -191,11 +191,16 @@ class PageUnitCheckpointStore:
         spec: the image geometry; ``units_per_checkpoint`` units per record.
         offload_sink: nominate READY records for the CPU tier (SPEC B.3 row 20).
         clock: seconds, monotonic; stamps offload pins (default ``time.monotonic``).
-        offload_backlog_cap, forfeit_bound, change_log_size: the bounds of SPEC B.1 / G7.
+        offload_backlog_cap: most READY records waiting to be handed to the CPU tier, in
+            records (SPEC B.1; the oldest nomination is dropped past it).
+        forfeit_bound: reclaimed offload operations remembered exactly, in operations
+            (G7; past it, a generation watermark that fails closed).
+        change_log_size: READY-state changes ``changed_since`` can report, in changes
+            (older generations answer ``None``: unknown).
 
     Raises:
-        InvalidArgumentError: ``spec`` is not a :class:`PagedStateCheckpointSpec` or a bound
-            is not a positive int.
+        InvalidArgumentError: ``spec`` is not a :class:`PagedStateCheckpointSpec`, a bound
+            is not a positive int, or ``pool`` lacks a unit pool's calls.
 
     Complexity is given per method; ``n`` is the number of live records. Every call is O(1)
     amortized (or O(log n) where a heap is involved) except ``clear`` (O(records): every
