@@ -356,10 +356,11 @@ class PageUnitCheckpointStore:
         rec = self.records.get(cid)
         return rec is not None and is_evictable(rec.phase, rec.pin_count, cid == protected)
 
-    def _next_victim(self, protected: int = -1) -> int:
-        """The first evictable record in LRU order other than ``protected``, or -1 (the only
-        place eviction policy lives). O(log n) amortized: the top of the victim heap, stale
-        entries popped."""
+    def _next_victim(self) -> int:
+        """The first evictable record in LRU order, or -1 (the only place eviction policy
+        lives; no caller protects a record here: ``has_available_units`` discounts its
+        protected record from the count instead). O(log n) amortized: the top of the victim
+        heap, stale entries popped."""
         heap = self._victims
         records = self.records
         while heap:
@@ -372,13 +373,7 @@ class PageUnitCheckpointStore:
             ):
                 heapq.heappop(heap)
                 continue
-            if cid != protected:
-                return cid
-            top = heapq.heappop(heap)
-            try:
-                return self._next_victim()
-            finally:
-                heapq.heappush(heap, top)
+            return cid
         return -1
 
     def has_available_units(self, count: int, protected_hash: int | None = None) -> bool:

@@ -19,6 +19,7 @@ from pagedstate.models import reference as R
 from pagedstate.spec import (
     EvictionCallbackError,
     InvalidArgumentError,
+    PagedStateError,
     PartialReleaseError,
     StoreOwnedUnitsError,
     check_invariants,
@@ -320,3 +321,79 @@ def test_reference_world_actions_run_on_the_production_pool() -> None:
         pool.release_units(a, KV0)
         pool.reserve_units(4, ("x", 0))
     assert r.snapshot_parts() == i.snapshot_parts()
+
+
+# -- survivors of the full mutmut run at e247f01 (docs/mutation.md) ------------------------
+
+
+def test_undo_after_a_callback_that_freed_other_units_restores_each_unit() -> None:
+    """The callback released another owner's unit before raising, so the vacant heap is no
+    longer the one saved: the undo puts each vacant unit of the reservation back one by one
+    and the cached ones under their hashes, in LRU order."""
+    pool = I.UnitPool(4)
+    pool.cache_units(pool.reserve_units(2, KV0), KV0, [1, 2])  # 0, 1 cached
+    assert pool.reserve_units(1, ("x", 0)) == [2]  # 3 is the only vacant unit
+
+    def hook(h: int) -> None:
+        if h == 1:
+            pool.release_units([2], ("x", 0))
+            raise RuntimeError("engine failed")
+
+    pool.on_evict = hook
+    with pytest.raises(EvictionCallbackError) as info:
+        pool.reserve_units(3, KV1)
+    assert info.value.undone
+    assert pool.owner_of(3) is None and pool.owner_of(0) is None and pool.owner_of(2) is None
+    assert pool.cached_units() == ((0, 1), (1, 2))
+    assert pool.num_free == 4
+    pool.on_evict = None
+    assert pool.reserve_units(4, KV1) == [2, 3, 0, 1]  # vacant lowest first, then LRU
+
+
+def test_undo_is_not_claimed_when_the_callback_released_the_new_reservation() -> None:
+    pool = I.UnitPool(2)
+    pool.cache_units(pool.reserve_units(2, KV0), KV0, [1, 2])
+
+    def hook(h: int) -> None:
+        if h == 1:
+            pool.release_units([0, 1], KV1)  # the reservation being made
+            raise RuntimeError("engine failed")
+
+    pool.on_evict = hook
+    with pytest.raises(EvictionCallbackError) as info:
+        pool.reserve_units(2, KV1)
+    assert info.value.undone is False
+    assert pool.num_free == 2 and pool.owner_of(0) is None
+
+
+def test_rekey_moves_the_owner_counts() -> None:
+    """After a rekey the old owner holds nothing (it may reserve and release anew) and the
+    new owner holds the units; a new owner already holding one unit is refused."""
+    for models in (R, I):
+        pool = models.UnitPool(6)
+        units = pool.reserve_units(2, ("a", 0))
+        pool.rekey_units(units, ("a", 0), ("b", 0))
+        again = pool.reserve_units(1, ("a", 0))
+        pool.release_units(again, ("a", 0))  # G9: exactly the one unit a holds now
+        one = pool.reserve_units(1, ("c", 0))
+        with pytest.raises(PagedStateError):
+            pool.rekey_units(units, ("b", 0), ("c", 0))  # c already holds a unit
+        pool.release_units(units, ("b", 0))
+        pool.release_units(one, ("c", 0))
+        assert pool.num_free == 6
+
+
+def test_has_available_units_refuses_a_float_count() -> None:
+    for models in (R, I):
+        store = models.PageUnitCheckpointStore(models.UnitPool(4), spec(10, 20))
+        with pytest.raises(PagedStateError, match="count"):
+            store.has_available_units(1.5)
+
+
+def test_claim_cached_units_names_the_owner_argument() -> None:
+    pool = I.UnitPool(4)
+    pool.cache_units(pool.reserve_units(1, KV0), KV0, [7])
+    with pytest.raises(PagedStateError, match="^owner must be hashable"):
+        pool.claim_cached_units([0], ["unhashable"])
+    with pytest.raises(PagedStateError, match="unit 1 is not a cached free unit"):
+        pool.claim_cached_units([1], KV1)
