@@ -29,6 +29,7 @@ from pagedstate.spec import tables as T
 from pagedstate.spec.errors import (
     EvictionCallbackError,
     InvalidArgumentError,
+    ReentrantCallError,
     StaleReservationError,
     UnknownOperationError,
 )
@@ -139,6 +140,8 @@ class PagedStateCheckpointCoordinator:
         self._pending_of_seq: dict[int, _PendingKey] = {}
         self._pending_by_hash: dict[int, dict[int, None]] = {}
         self._store_ops: list[CheckpointStoreOp] = []
+        # The drain or completion running now (re-entrancy guard), else None.
+        self._busy: str | None = None
         self._transfer_units: dict[Hashable, tuple[int, ...]] = {}
         self.checkpoints_kept = 0
         self.checkpoints_dropped = 0
@@ -481,10 +484,51 @@ class PagedStateCheckpointCoordinator:
         waiting in this drain (SPEC A.4, G5). O(pending + restores + scratch issued), each
         paid for by its filing.
 
+        If the engine's ``on_evict`` raises during the drain, every store this drain began
+        is given up before the error propagates: its record is unindexed (it becomes
+        EVICTING and the next completion releases its units, which no copy wrote), its op is
+        never returned, and it counts as dropped; the restores stay queued for the next
+        drain. Without this, the next completion would publish images whose copy never ran.
+
         Raises:
             InvalidArgumentError: a pending sequence's ``state_slot`` is non-negative but not
                 an int (checked for every pending sequence before anything changes, G8).
+            ReentrantCallError: called from inside a drain or a completion (an ``on_evict``
+                callback); nothing changed.
+            EvictionCallbackError: ``on_evict`` raised; the drain was given up as above.
         """
+        self._enter("take_checkpoint_ops")
+        store = self.store
+        first = len(store._inflight_stores)
+        try:
+            return self._drain()
+        except EvictionCallbackError:
+            self._give_up_drain(first)
+            raise
+        finally:
+            self._busy = None
+
+    def _enter(self, name: str) -> None:
+        if self._busy is not None:
+            raise ReentrantCallError(
+                f"{name} was called from inside {self._busy} (an on_evict callback?); a"
+                " drain or a completion cannot be nested: nothing changed"
+            )
+        self._busy = name
+
+    def _give_up_drain(self, first: int) -> None:
+        """Undo the stores this drain began (``take_checkpoint_ops``): see there."""
+        store = self.store
+        began = store._inflight_stores[first:]
+        for cid in began:
+            rec = store.records.get(cid)
+            if rec is not None and rec.phase == T.COPYING:
+                store.unindex(rec.prefix_hash)
+        self.checkpoints_kept -= len(self._store_ops)
+        self.checkpoints_dropped += len(self._store_ops)
+        self._store_ops = []
+
+    def _drain(self) -> tuple[tuple[CheckpointStoreOp, ...], tuple[CheckpointRestoreOp, ...]]:
         pending = self._pending
         for seq, _h in pending.values():
             sequence_slot(seq)  # every slot is read before anything changes (G8)
@@ -512,7 +556,18 @@ class PagedStateCheckpointCoordinator:
 
     def complete_previous_batch(self) -> None:
         """Top of a pass: the last drain's batch was issued. Publish its stores, release its
-        restore pins and return its scratch slots (SPEC D.1 step 1). O(what it releases)."""
+        restore pins and return its scratch slots (SPEC D.1 step 1). O(what it releases).
+
+        Raises:
+            ReentrantCallError: called from inside a drain or a completion; nothing changed.
+        """
+        self._enter("complete_previous_batch")
+        try:
+            self._complete()
+        finally:
+            self._busy = None
+
+    def _complete(self) -> None:
         self.store.complete_inflight()
         issued, self._scratch_issued = self._scratch_issued, []
         if issued:

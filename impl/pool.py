@@ -393,6 +393,10 @@ class UnitPool:
         if owner is None:
             raise InvalidArgumentError("a reservation needs an owner, got None")
         self._need_owner("owner", owner)
+        if self._held_by(owner):
+            raise InvalidArgumentError(
+                f"owner {owner!r} already holds units: one reservation per owner (G9)"
+            )
         return self._reserve(count, owner)
 
     def _reserve(self, count: int, owner: Hashable) -> list[int] | None:
@@ -625,6 +629,10 @@ class UnitPool:
         if owner is None:
             raise InvalidArgumentError("a reservation needs an owner, got None")
         self._need_owner("owner", owner)
+        if self._held_by(owner):
+            raise InvalidArgumentError(
+                f"owner {owner!r} already holds units: one reservation per owner (G9)"
+            )
         for u in ids:
             if u not in self._cached:
                 raise InvalidArgumentError(f"unit {u} is not a cached free unit")

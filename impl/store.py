@@ -68,6 +68,7 @@ from pagedstate.spec.errors import (
     SourcePinLostError,
     StoreOwnedUnitsError,
     UnknownOperationError,
+    read_clock,
 )
 from pagedstate.spec.guards import (
     forfeit_untrusted,
@@ -89,7 +90,7 @@ from pagedstate.spec.types import (
     SuspendedCheckpointRestore,
 )
 
-from ._args import is_checkpoint_owner, need_int
+from ._args import is_checkpoint_owner, is_int, need_int
 from .pool import UnitPool
 
 __all__ = [
@@ -228,6 +229,8 @@ class PageUnitCheckpointStore:
         self.pool = pool
         self.spec = spec
         self._units = spec.units_per_checkpoint
+        if clock is not None and not callable(clock):
+            raise InvalidArgumentError(f"clock must be callable or None, got {clock!r}")
         self.clock: Callable[[], float] = clock if clock is not None else time.monotonic
         self.row_sink: RowSink | None = None
         self.on_transition: TransitionHook | None = None
@@ -916,6 +919,7 @@ class PageUnitCheckpointStore:
             WrongOwnerError, PartialReleaseError, DuplicateUnitError: the units are not
                 exactly ``owner``'s whole reservation.
         """
+
         if type(prefix_hash) is not int:
             need_int("prefix_hash", prefix_hash)
         if not isinstance(unit_ids, (list, tuple)) or len(unit_ids) != self._units:
@@ -949,7 +953,7 @@ class PageUnitCheckpointStore:
             self.offload_nominations_dropped += 1
 
     def _pin_offload_source(
-        self, cid: int, *, timeout_reclaimable: bool
+        self, cid: int, *, timeout_reclaimable: bool, now: float
     ) -> tuple[StateStoreOperationId, tuple[int, ...]]:
         rec = self.records[cid]
         orow = T.OFFLOAD.step(T.OP_NONE, "take" if timeout_reclaimable else "acquire")
@@ -957,7 +961,6 @@ class PageUnitCheckpointStore:
         self._apply(cid, rec, prow)
         self._offload_generation += 1
         op = StateStoreOperationId(rec.prefix_hash, self._offload_generation)
-        now = self.clock()
         self._offload_pins[op] = _OffloadPin(cid, now, False, timeout_reclaimable)
         h = rec.prefix_hash
         self._ops_by_hash[h] = self._ops_by_hash.get(h, 0) + 1
@@ -1002,6 +1005,8 @@ class PageUnitCheckpointStore:
         ready = self._offload_ready
         pins = self._offload_pins
         records = self.records
+        # Read once, before any nominee is taken: a failing clock changes nothing.
+        now = read_clock(self.clock) if ready and len(pins) < max_inflight else 0.0
         while ready and len(pins) < max_inflight:
             cid = ready.popleft()
             rec = records.get(cid)
@@ -1010,7 +1015,7 @@ class PageUnitCheckpointStore:
             if rec.prefix_hash in self._ops_by_hash:
                 deferred.append(cid)
                 continue
-            out.append(self._pin_offload_source(cid, timeout_reclaimable=True))
+            out.append(self._pin_offload_source(cid, timeout_reclaimable=True, now=now))
         if deferred:
             ready.extendleft(reversed(deferred))
         return out
@@ -1037,12 +1042,13 @@ class PageUnitCheckpointStore:
         cid = self.lookup(prefix_hash)
         if cid < 0 or prefix_hash in self._ops_by_hash:
             return None
-        return self._pin_offload_source(cid, timeout_reclaimable=False)
+        now = read_clock(self.clock)  # before any change: a failing clock changes nothing
+        return self._pin_offload_source(cid, timeout_reclaimable=False, now=now)
 
     def _need_op(self, op: object) -> StateStoreOperationId:
         if not isinstance(op, StateStoreOperationId):
             raise InvalidArgumentError(f"op must be a StateStoreOperationId, got {op!r}")
-        if type(op.prefix_hash) is not int or type(op.generation) is not int:
+        if not (is_int(op.prefix_hash) and is_int(op.generation)):
             raise InvalidArgumentError(f"an operation's fields must be ints, got {op!r}")
         return op
 
@@ -1097,15 +1103,17 @@ class PageUnitCheckpointStore:
         Raises:
             InvalidArgumentError: ``timeout_s`` is not a real number of seconds (or is NaN).
         """
-        if (
-            isinstance(timeout_s, bool)
-            or not isinstance(timeout_s, (int, float))
-            or math.isnan(timeout_s)
-        ):
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
+            raise InvalidArgumentError(f"timeout_s must be a number of seconds, got {timeout_s!r}")
+        try:
+            finite = float(timeout_s)
+        except OverflowError:
+            raise InvalidArgumentError(f"timeout_s is too large: {timeout_s!r}") from None
+        if math.isnan(finite):
             raise InvalidArgumentError(f"timeout_s must be a number of seconds, got {timeout_s!r}")
         if timeout_s <= 0 or not self._offload_pins:
             return 0
-        now = self.clock()
+        now = read_clock(self.clock)
         pins = self._offload_pins
         stale: list[StateStoreOperationId] = []
         if self._reclaim_in_order:
@@ -1185,4 +1193,3 @@ class PageUnitCheckpointStore:
             offload_nominations_dropped=self.offload_nominations_dropped,
             **coordinator_fields,
         )
-

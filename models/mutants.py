@@ -102,7 +102,7 @@ class _NominateCopying(PageUnitCheckpointStore):
             rec = self.records.get(cid)
             if rec is None or self._hash_in_flight(rec.prefix_hash):
                 continue
-            out.append(self._pin_offload_source(cid, timeout_reclaimable=True))
+            out.append(self._pin_offload_source(cid, timeout_reclaimable=True, now=self.clock()))
         return out
 
 
@@ -135,7 +135,7 @@ class _DropDeferred(PageUnitCheckpointStore):
             rec = self.records.get(cid)
             if rec is None or rec.phase != T.READY or self._hash_in_flight(rec.prefix_hash):
                 continue
-            out.append(self._pin_offload_source(cid, timeout_reclaimable=True))
+            out.append(self._pin_offload_source(cid, timeout_reclaimable=True, now=self.clock()))
         return out
 
 

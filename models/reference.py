@@ -45,6 +45,7 @@ from pagedstate.spec.errors import (
     UnknownOperationError,
     WrongOwnerError,
     need_hashable,
+    read_clock,
 )
 from pagedstate.spec.guards import (
     UNDERFLOW_MESSAGE,
@@ -273,6 +274,10 @@ class UnitPool:
         if owner is None:
             raise InvalidArgumentError("a reservation needs an owner, got None")
         self._need_owner("owner", owner)
+        if any(tag[0] == owner for tag in self._tags.values()):
+            raise InvalidArgumentError(
+                f"owner {owner!r} already holds units: one reservation per owner (G9)"
+            )
         if len(self._free) < count:
             return None
         units = sorted(self._free)[:count]
@@ -449,6 +454,8 @@ class PageUnitCheckpointStore(_Stepper):
         need_pool(pool)
         self.pool = pool
         self.spec = spec
+        if clock is not None and not callable(clock):
+            raise InvalidArgumentError(f"clock must be callable or None, got {clock!r}")
         self.clock: Callable[[], float] = clock if clock is not None else time.monotonic
         self.records: dict[int, _Record] = {}
         self.hash_to_checkpoint: dict[int, int] = {}
@@ -910,6 +917,7 @@ class PageUnitCheckpointStore(_Stepper):
             WrongOwnerError, PartialReleaseError, DuplicateUnitError: the units are not
                 exactly ``owner``'s whole reservation.
         """
+
         _need_int("prefix_hash", prefix_hash)
         if not isinstance(unit_ids, (list, tuple)) or len(unit_ids) != self.units_per_checkpoint:
             raise InvalidArgumentError(
@@ -940,14 +948,14 @@ class PageUnitCheckpointStore(_Stepper):
             self.offload_nominations_dropped += 1
 
     def _pin_offload_source(
-        self, cid: int, *, timeout_reclaimable: bool
+        self, cid: int, *, timeout_reclaimable: bool, now: float
     ) -> tuple[StateStoreOperationId, tuple[int, ...]]:
         rec = self.records[cid]
         self._step(T.OFFLOAD, T.OP_NONE, "take" if timeout_reclaimable else "acquire", to=T.PINNED)
         self._pin(cid, "offload" if timeout_reclaimable else "lease")
         self._offload_generation += 1
         op = StateStoreOperationId(rec.prefix_hash, self._offload_generation)
-        self._offload_pins[op] = _OffloadPin(cid, self.clock(), False, timeout_reclaimable)
+        self._offload_pins[op] = _OffloadPin(cid, now, False, timeout_reclaimable)
         return op, rec.unit_ids
 
     def take_offload_stores(
@@ -959,6 +967,9 @@ class PageUnitCheckpointStore(_Stepper):
         _need_int("max_inflight", max_inflight, 0)
         out = []
         deferred: list[int] = []
+        # Read once, before any nominee is taken: a failing clock changes nothing.
+        busy = self._offload_ready and len(self._offload_pins) < max_inflight
+        now = read_clock(self.clock) if busy else 0.0
         while self._offload_ready and len(self._offload_pins) < max_inflight:
             cid = self._offload_ready.popleft()
             rec = self.records.get(cid)
@@ -967,7 +978,7 @@ class PageUnitCheckpointStore(_Stepper):
             if self._hash_in_flight(rec.prefix_hash):
                 deferred.append(cid)
                 continue
-            out.append(self._pin_offload_source(cid, timeout_reclaimable=True))
+            out.append(self._pin_offload_source(cid, timeout_reclaimable=True, now=now))
         self._offload_ready.extendleft(reversed(deferred))
         return out
 
@@ -985,7 +996,8 @@ class PageUnitCheckpointStore(_Stepper):
         cid = self.lookup(prefix_hash)
         if cid < 0 or self._hash_in_flight(prefix_hash):
             return None
-        return self._pin_offload_source(cid, timeout_reclaimable=False)
+        now = read_clock(self.clock)  # before any change: a failing clock changes nothing
+        return self._pin_offload_source(cid, timeout_reclaimable=False, now=now)
 
     def _need_op(self, op: object) -> StateStoreOperationId:
         if not isinstance(op, StateStoreOperationId):
@@ -1028,15 +1040,17 @@ class PageUnitCheckpointStore(_Stepper):
         ``was_reclaimed(op)`` answers True for good (G7). Leases are never reclaimed.
         Returns the number of ops retired; ``timeout_s <= 0`` disables reclaim (returns 0).
         """
-        if (
-            isinstance(timeout_s, bool)
-            or not isinstance(timeout_s, (int, float))
-            or math.isnan(timeout_s)
-        ):
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
+            raise InvalidArgumentError(f"timeout_s must be a number of seconds, got {timeout_s!r}")
+        try:
+            finite = float(timeout_s)
+        except OverflowError:
+            raise InvalidArgumentError(f"timeout_s is too large: {timeout_s!r}") from None
+        if math.isnan(finite):
             raise InvalidArgumentError(f"timeout_s must be a number of seconds, got {timeout_s!r}")
         if timeout_s <= 0 or not self._offload_pins:
             return 0
-        now = self.clock()
+        now = read_clock(self.clock)
         stale = [
             (op, pin)
             for op, pin in self._offload_pins.items()

@@ -35,6 +35,7 @@ __all__ = [
     "CheckpointVanishedError",
     "BatchTooLargeError",
     "EvictionCallbackError",
+    "ReentrantCallError",
 ]
 
 
@@ -210,6 +211,13 @@ class EvictionCallbackError(PagedStateError, RuntimeError):
         )
 
 
+
+class ReentrantCallError(PagedStateError, RuntimeError):
+    """A drain (``take_checkpoint_ops``) or a completion (``complete_previous_batch``) was
+    called while one is running: from an ``on_evict`` callback the drain's own reservation
+    fired. Nested, it would hand the outer drain's ops to the inner call or publish images
+    whose copy has not run. Nothing was changed; call it after the outer call returns."""
+
 def need_hashable(name: str, value: object) -> None:
     """Check that ``value`` can be hashed (an owner is a dict key, SPEC A.3); both stores
     call it, so their messages agree.
@@ -222,3 +230,24 @@ def need_hashable(name: str, value: object) -> None:
         hash(value)
     except Exception as exc:
         raise InvalidArgumentError(f"{name} must be hashable, got {value!r}") from exc
+
+
+def read_clock(clock: object) -> float:
+    """``clock()``, checked: both stores read the engine's clock through this, before
+    changing anything, so a clock that raises or answers garbage changes nothing.
+
+    Returns:
+        seconds, as returned (an int or float, finite).
+
+    Raises:
+        InvalidArgumentError: ``clock()`` returned something other than a finite number of
+            seconds (NaN would make every later snapshot unequal to itself). Whatever
+            ``clock()`` itself raises propagates unchanged.
+    """
+    now = clock()  # type: ignore[operator]
+    if isinstance(now, bool) or not isinstance(now, (int, float)) or now != now or now in (
+        float("inf"),
+        float("-inf"),
+    ):
+        raise InvalidArgumentError(f"clock() must return finite seconds, got {now!r}")
+    return now
