@@ -51,7 +51,6 @@ for ``restore``; the lease id for ``lease``.
 from __future__ import annotations
 
 import heapq
-import math
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
@@ -68,6 +67,7 @@ from pagedstate.spec.errors import (
     SourcePinLostError,
     StoreOwnedUnitsError,
     UnknownOperationError,
+    need_timeout,
     read_clock,
 )
 from pagedstate.spec.guards import (
@@ -1103,14 +1103,7 @@ class PageUnitCheckpointStore:
         Raises:
             InvalidArgumentError: ``timeout_s`` is not a real number of seconds (or is NaN).
         """
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
-            raise InvalidArgumentError(f"timeout_s must be a number of seconds, got {timeout_s!r}")
-        try:
-            finite = float(timeout_s)
-        except OverflowError:
-            raise InvalidArgumentError(f"timeout_s is too large: {timeout_s!r}") from None
-        if math.isnan(finite):
-            raise InvalidArgumentError(f"timeout_s must be a number of seconds, got {timeout_s!r}")
+        need_timeout(timeout_s)
         if timeout_s <= 0 or not self._offload_pins:
             return 0
         now = read_clock(self.clock)

@@ -1122,42 +1122,24 @@ class ConformanceMachine(RuleBasedStateMachine):
     @rule(op=ops)
     def settle(self, op: Pair) -> None:
         """Terminal report; asks ``was_reclaimed`` first, as the tier does."""
-        self._both(
-            "settle", f"was_reclaimed({op.ref!r})", lambda x: x.coord.was_reclaimed(x.pick(op))
-        )
-        self._both(
-            "settle",
-            f"settle_offload_store({op.ref!r})",
-            lambda x: x.coord.settle_offload_store(x.pick(op)),
-        )
+        self._both_op("settle", "was_reclaimed", op)
+        self._both_op("settle", "settle_offload_store", op)
 
     @rule(op=ops)
     def report(self, op: Pair) -> None:
         """Both reports in order (the normal path): release the source, then settle."""
-        self._both(
-            "report",
-            f"release_offload_store_source({op.ref!r})",
-            lambda x: x.coord.release_offload_store_source(x.pick(op)),
-        )
-        self._both(
-            "report",
-            f"settle_offload_store({op.ref!r})",
-            lambda x: x.coord.settle_offload_store(x.pick(op)),
-        )
+        self._both_op("report", "release_offload_store_source", op)
+        self._both_op("report", "settle_offload_store", op)
 
     @rule(op=ops)
     def settle_first(self, op: Pair) -> None:
         """Reports out of order: the terminal report, then a late phase-1 report."""
-        self._both(
-            "settle_first",
-            f"settle_offload_store({op.ref!r})",
-            lambda x: x.coord.settle_offload_store(x.pick(op)),
-        )
-        self._both(
-            "settle_first",
-            f"release_offload_store_source({op.ref!r})",
-            lambda x: x.coord.release_offload_store_source(x.pick(op)),
-        )
+        self._both_op("settle_first", "settle_offload_store", op)
+        self._both_op("settle_first", "release_offload_store_source", op)
+
+    def _both_op(self, rule_name: str, name: str, op: Pair) -> None:
+        """``coordinator.<name>(op)`` on both sides, each with its own handle of ``op``."""
+        self._both(rule_name, f"{name}({op.ref!r})", _call_picked(name, op))
 
     @rule(op=consumes(ops))
     def lose_report(self, op: Pair) -> None:

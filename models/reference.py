@@ -22,7 +22,6 @@ counterpart under ``crosshair diffbehavior`` (:mod:`pagedstate.spec.guards`).
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
@@ -45,6 +44,7 @@ from pagedstate.spec.errors import (
     UnknownOperationError,
     WrongOwnerError,
     need_hashable,
+    need_timeout,
     read_clock,
 )
 from pagedstate.spec.guards import (
@@ -1040,14 +1040,7 @@ class PageUnitCheckpointStore(_Stepper):
         ``was_reclaimed(op)`` answers True for good (G7). Leases are never reclaimed.
         Returns the number of ops retired; ``timeout_s <= 0`` disables reclaim (returns 0).
         """
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
-            raise InvalidArgumentError(f"timeout_s must be a number of seconds, got {timeout_s!r}")
-        try:
-            finite = float(timeout_s)
-        except OverflowError:
-            raise InvalidArgumentError(f"timeout_s is too large: {timeout_s!r}") from None
-        if math.isnan(finite):
-            raise InvalidArgumentError(f"timeout_s must be a number of seconds, got {timeout_s!r}")
+        need_timeout(timeout_s)
         if timeout_s <= 0 or not self._offload_pins:
             return 0
         now = read_clock(self.clock)

@@ -251,3 +251,24 @@ def read_clock(clock: object) -> float:
     ):
         raise InvalidArgumentError(f"clock() must return finite seconds, got {now!r}")
     return now
+
+
+def need_timeout(timeout_s: object) -> float:
+    """Check a timeout in seconds (``reclaim_stale_offload_pins``); both stores call it.
+
+    Returns:
+        ``timeout_s`` as a float (``inf`` allowed; ``<= 0`` is the caller's "disabled").
+
+    Raises:
+        InvalidArgumentError: not an int or float (a bool is not), NaN, or an int too
+            large for a float.
+    """
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
+        raise InvalidArgumentError(f"timeout_s must be a number of seconds, got {timeout_s!r}")
+    try:
+        seconds = float(timeout_s)
+    except OverflowError:
+        raise InvalidArgumentError(f"timeout_s is too large: {timeout_s!r}") from None
+    if seconds != seconds:
+        raise InvalidArgumentError(f"timeout_s must be a number of seconds, got {timeout_s!r}")
+    return seconds

@@ -828,7 +828,9 @@ def test_cli_exit_codes(log_file: Callable[[list[str]], str],
 
 def test_cli_runs_as_a_command(log_file: Callable[[list[str]], str]) -> None:
     exe = Path(sys.executable).parent / "pagedstate"
-    if not exe.exists():
+    if not exe.exists() and not os.environ.get("CI"):
+        # `make setup` installs it; only an interpreter without the project's venv lacks it.
+        # In CI that would be a broken setup, so there the test runs and fails.
         pytest.skip("the pagedstate script is not installed next to this interpreter")
     ok = subprocess.run([str(exe), "check-log", log_file(random_log(2))], capture_output=True,
                         text=True)
