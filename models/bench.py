@@ -242,6 +242,91 @@ def _fixed_work_ratio(r: EngineResult, base: EngineResult) -> float:
     return num / den if den else 0.0
 
 
+class _Seq:
+    """A minimal sequence for the locality control (``SequenceLike``)."""
+
+    __slots__ = ("state_slot", "has_per_req_cache")
+
+    def __init__(self, slot: int) -> None:
+        self.state_slot = slot
+        self.has_per_req_cache = True
+
+
+class _Obj:
+    __slots__ = ("h", "units")
+
+    def __init__(self, h: int) -> None:
+        self.h = h
+        self.units = (h, h + 1)
+
+
+def _median(xs: list[int]) -> float:
+    xs = sorted(xs)
+    return float(xs[len(xs) // 2])
+
+
+def _locality_control(
+    module: ModuleType, o: BenchOptions, concurrency: int, *, repeat: int = 3
+) -> dict[str, float]:
+    """Median ns of one ``unindex`` that releases a READY record, with the records touched
+    in filing order and in a shuffled order, in a store sized like the concurrency run
+    (``units_per_slot`` units per slot, ``8 * concurrency`` records filed through
+    ``checkpoint``, the drain and the completion), and of a plain ``dict.pop`` + attribute
+    read over as many small objects in the same two orders (no store at all: the machine's
+    own cost of reaching scattered objects). The fastest of ``repeat`` builds."""
+    rng = np.random.default_rng(0)
+    out: dict[str, float] = {}
+    n = 8 * concurrency
+    for order in ("filing", "shuffled"):
+        best_store = best_dict = float("inf")
+        for _ in range(repeat):
+            pool = module.UnitPool(concurrency * o.units_per_slot)
+            coord = module.PagedStateCheckpointCoordinator(
+                pool, _config(o, concurrency).spec(), True
+            )
+            seqs = [_Seq(i) for i in range(concurrency)]
+            hashes: list[int] = []
+            for r in range(8):
+                for i, s in enumerate(seqs):
+                    h = (1 << 40) + r * concurrency + i
+                    coord.checkpoint(s, 1, h)
+                    hashes.append(h)
+                coord.take_checkpoint_ops()
+                coord.complete_previous_batch()
+            if order == "shuffled":
+                hashes = [hashes[i] for i in rng.permutation(len(hashes))]
+            objs = {h: _Obj(h) for h in range(n)}
+            keys = list(range(n)) if order == "filing" else [int(k) for k in rng.permutation(n)]
+            was = gc.isenabled()
+            gc.disable()
+            try:
+                times: list[int] = []
+                unindex = coord.unindex
+                for h in hashes:
+                    t0 = time.perf_counter_ns()
+                    unindex(h)
+                    times.append(time.perf_counter_ns() - t0)
+                plain: list[int] = []
+                pop = objs.pop
+                sink = 0
+                for k in keys:
+                    t0 = time.perf_counter_ns()
+                    sink += len(pop(k).units)
+                    plain.append(time.perf_counter_ns() - t0)
+                if sink != 2 * n:
+                    raise RuntimeError("locality control: the plain baseline lost objects")
+            finally:
+                if was:
+                    gc.enable()
+            if len(coord.store.records) != 0:
+                raise RuntimeError("locality control: a record survived its unindex")
+            best_store = min(best_store, _median(times))
+            best_dict = min(best_dict, _median(plain))
+        out[f"store {order}"] = best_store
+        out[f"dict {order}"] = best_dict
+    return out
+
+
 def _fmt(x: float) -> str:
     return f"{x:,.2f}" if x < 100 else f"{x:,.0f}"
 
@@ -333,6 +418,13 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
             r = p
         conc[c] = (p, r)
         say(f"  production {_us(p):.2f} us/call, reference {_us(r):.2f} us/call")
+
+    lo_conc, hi_conc = min(o.concurrency), max(o.concurrency)
+    locality: dict[int, dict[str, float]] = {}
+    if stand_in is None and lo_conc != hi_conc:
+        for c in (lo_conc, hi_conc):
+            say(f"locality control at {c} ...")
+            locality[c] = _locality_control(prod_mod, o, c)
 
     rec_runs: list[tuple[str, int, EngineResult]] = []
     rec_plan = [(prod_label, prod_mod, n, o.repeat) for n in o.records] if stand_in is None else []
@@ -479,6 +571,54 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
             else:
                 row += " - |"
         lines.append(row)
+    lines += [
+        "",
+        "### Locality control (production)",
+        "",
+    ]
+    if locality:
+        lc, hc = lo_conc, hi_conc
+        lines += [
+            "Why per-call cost still grows with concurrency although no call walks the"
+            " records: a larger working set is slower to reach on this machine. The same"
+            f" operation, an `unindex` that releases a READY record, in stores sized like the"
+            f" {lc} and {hc} runs ({8 * lc:,} and {8 * hc:,} records filed through"
+            " `checkpoint`, the drain and the completion), with the records touched in"
+            " filing order and in a shuffled order; and, without any store, a plain"
+            " `dict.pop` plus one attribute read over as many small objects in the same two"
+            " orders. Median ns per operation, the fastest of 3 builds; each figure includes"
+            " the timer floor above. Context for the concurrency target, not a target:",
+            "",
+            f"| order | store `unindex` @{lc} | @{hc} | @{hc} / @{lc} | plain `dict.pop`"
+            f" @{lc} | @{hc} | @{hc} / @{lc} |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for order in ("filing", "shuffled"):
+            s0, s1 = locality[lc][f"store {order}"], locality[hc][f"store {order}"]
+            d0, d1 = locality[lc][f"dict {order}"], locality[hc][f"dict {order}"]
+            lines.append(
+                f"| {order} | {s0:,.0f} | {s1:,.0f} | {s1 / s0:.2f} | {d0:,.0f} | {d1:,.0f} |"
+                f" {d1 / d0:.2f} |"
+            )
+        sf = locality[hc]["store filing"] / locality[lc]["store filing"]
+        ss = locality[hc]["store shuffled"] / locality[lc]["store shuffled"]
+        ds = locality[hc]["dict shuffled"] / locality[lc]["dict shuffled"]
+        if sf < ss and ss <= 1.15 * ds:
+            verdict = (
+                "The store grows less in filing order than shuffled, and shuffled about as"
+                " much as the plain dict (within 15%): in this run the growth follows the"
+                " memory hierarchy (objects spread over more cache lines and pages), not"
+                " per-call work that scales with the number of records."
+            )
+        else:
+            verdict = (
+                "In this run the store's growth is not explained by the plain dict's (it grows"
+                " more than 15% beyond it, or no less in filing order): look for per-call work"
+                " that scales with the number of records."
+            )
+        lines += ["", verdict]
+    else:
+        lines.append("Not run (one concurrency level, or no production store).")
     lines += [
         "",
         "### Engine counters (production run)",

@@ -215,6 +215,8 @@ def test_bench_quick_writes_its_section(tmp_path: Path, capsys: pytest.CaptureFi
     assert "Targets (issue 3)" in text
     assert "met" in text and "standing in" not in text
     assert "| yes |" in text  # the two runs made the same calls
+    assert "### Locality control (production)" in text
+    assert "| filing |" in text and "| shuffled |" in text
     # Run again with a module that is not a store: the section is replaced, and says that
     # the reference stood in and nothing was judged.
     assert bench.main([*args, "--impl", "pagedstate.spec"]) == 0
@@ -223,8 +225,17 @@ def test_bench_quick_writes_its_section(tmp_path: Path, capsys: pytest.CaptureFi
     assert text.count("<!-- bench-trace:begin -->") == 1
     assert "standing in for pagedstate.spec" in text
     assert "**n/a**" in text
+    assert "Not run (one concurrency level, or no production store)." in text
     printed = capsys.readouterr().out
     assert "<!-- bench-trace:begin -->" in printed
+
+
+def test_locality_control_releases_every_record() -> None:
+    """The control's store figures time real releases: every filed record is gone after
+    its ``unindex`` (the control raises otherwise), in both orders."""
+    got = bench._locality_control(reference, bench.QUICK, 4, repeat=1)
+    assert set(got) == {"store filing", "store shuffled", "dict filing", "dict shuffled"}
+    assert all(v > 0 for v in got.values())
 
 
 def test_replays_pair_call_by_call(trace200: list[TraceRequest]) -> None:
