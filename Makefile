@@ -11,6 +11,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.stamp
 TORCH := torch==2.13.0
+# Triton's interpreter (TRITON_INTERPRET=1) runs the copy kernel on a CPU in the tests;
+# the version the H200 image ships (see docs/gpu-benchmarks.md).
+TRITON := triton==3.6.0
 SRC_DIRS := spec models impl gpu
 CONFIG ?= default
 PYTEST_ARGS ?=
@@ -28,7 +31,7 @@ export HYPOTHESIS_PROFILE
 	contracts-diff-units contracts-diff-guards contracts-diff-evictable contracts-diff-reclaimed
 
 help:
-	@echo "make setup          create $(VENV) ($(TORCH), then -e '.[dev]'); reruns when pyproject.toml changes"
+	@echo "make setup          create $(VENV) ($(TORCH) $(TRITON), then -e '.[dev]'); reruns when pyproject.toml changes"
 	@echo "make test           pytest -q over tests/ (HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE))"
 	@echo "make test-slow      only the tests marked slow (long exhaustive conformance runs)"
 	@echo "make check          test, then check-only: the main job"
@@ -49,7 +52,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade --progress-bar off pip
-	$(PY) -m pip install --progress-bar off '$(TORCH)'
+	$(PY) -m pip install --progress-bar off '$(TORCH)' '$(TRITON)'
 	$(PY) -m pip install --progress-bar off -e '.[dev]'
 	# mypy cannot follow the editable install's import hook: give it a static
 	# view of the package (see [tool.mypy] mypy_path in pyproject.toml).

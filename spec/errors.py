@@ -36,6 +36,11 @@ __all__ = [
     "BatchTooLargeError",
     "EvictionCallbackError",
     "ReentrantCallError",
+    "UnknownGeometryError",
+    "UnsupportedGeometryError",
+    "BadCopyPlanError",
+    "CopyOpError",
+    "BatchHazardError",
 ]
 
 
@@ -211,12 +216,40 @@ class EvictionCallbackError(PagedStateError, RuntimeError):
         )
 
 
-
 class ReentrantCallError(PagedStateError, RuntimeError):
     """A drain (``take_checkpoint_ops``) or a completion (``complete_previous_batch``) was
     called while one is running: from an ``on_evict`` callback the drain's own reservation
     fired. Nested, it would hand the outer drain's ops to the inner call or publish images
     whose copy has not run. Nothing was changed; call it after the outer call returns."""
+
+
+class UnknownGeometryError(PagedStateError, LookupError):
+    """No shipped model geometry has this id (``pagedstate.gpu.geometry_ids()`` lists them)."""
+
+
+class UnsupportedGeometryError(PagedStateError, ValueError):
+    """A geometry cannot hold checkpoint images in KV pages: it has no attention layer (so
+    no KV block pool to page into), or a slice or block size it was asked for does not fit."""
+
+
+class BadCopyPlanError(PagedStateError, ValueError):
+    """A copy plan or descriptor was asked for with malformed inputs (SPEC E.4): a negative
+    total, a stream shorter than the total, an empty segment, base arrays that are not one
+    row per copy (F58), a descriptor buffer of the wrong shape, ranges out of order (F63)."""
+
+
+class CopyOpError(PagedStateError, RuntimeError):
+    """A store or restore op of a batch is not executable by this worker (SPEC E.5, F61):
+    another ``layout_id``, a wrong ``total_bytes`` or unit count, a unit or slot out of
+    range, a unit named twice. The whole batch is refused; nothing was written."""
+
+
+class BatchHazardError(CopyOpError):
+    """Two ops of one batch touch the same bytes (SPEC E.5 "no ordering within a launch"):
+    a restore writes a slot a store reads, a store writes a unit a restore reads, two ops
+    write the same slot or unit, or a scrub zeroes a unit an op reads or writes. The whole
+    batch is refused; nothing was written."""
+
 
 def need_hashable(name: str, value: object) -> None:
     """Check that ``value`` can be hashed (an owner is a dict key, SPEC A.3); both stores
@@ -245,9 +278,15 @@ def read_clock(clock: object) -> float:
             ``clock()`` itself raises propagates unchanged.
     """
     now = clock()  # type: ignore[operator]
-    if isinstance(now, bool) or not isinstance(now, (int, float)) or now != now or now in (
-        float("inf"),
-        float("-inf"),
+    if (
+        isinstance(now, bool)
+        or not isinstance(now, (int, float))
+        or now != now
+        or now
+        in (
+            float("inf"),
+            float("-inf"),
+        )
     ):
         raise InvalidArgumentError(f"clock() must return finite seconds, got {now!r}")
     return now

@@ -28,6 +28,7 @@ __all__ = [
     "UnitPoolProtocol",
     "CheckpointStoreProtocol",
     "CoordinatorProtocol",
+    "CopyExecutorProtocol",
     "need_pool",
     "need_coordinator_args",
 ]
@@ -283,6 +284,28 @@ def need_pool(pool: object) -> None:
         )
 
 
+@runtime_checkable
+class CopyExecutorProtocol(Protocol):
+    """What copies a batch's images on real tensors (``pagedstate.gpu``'s executors, or an
+    engine's own): the ops one drain returned, executed together (SPEC E.5).
+
+    ``execute`` validates the whole batch before writing anything (layout id, total bytes,
+    unit count, unit and slot ranges, duplicate units, and that no two ops touch the same
+    bytes) and raises :class:`~pagedstate.spec.errors.CopyOpError` (a ``RuntimeError``),
+    :class:`~pagedstate.spec.errors.BatchHazardError` or
+    :class:`~pagedstate.spec.errors.BatchTooLargeError` with nothing written. Stores copy
+    a slot's carried bytes into its units (unit-major, region-minor); restores copy them
+    back; ``scrub_units`` are zero-filled in the same batch (SPEC G10).
+    """
+
+    def execute(
+        self,
+        stores: Sequence[CheckpointStoreOp] = (),
+        restores: Sequence[CheckpointRestoreOp] = (),
+        scrub_units: Iterable[int] = (),
+    ) -> None: ...
+
+
 def need_coordinator_args(enabled: object, offload: object, readable_midstep: object) -> None:
     """Check a coordinator's constructor arguments (both coordinators call it).
 
@@ -296,6 +319,5 @@ def need_coordinator_args(enabled: object, offload: object, readable_midstep: ob
             raise InvalidArgumentError(f"{name} must be a bool, got {value!r}")
     if offload is not None and not isinstance(offload, OffloadIndex):
         raise InvalidArgumentError(
-            f"offload must be None or have could_serve(prefix_hash) (OffloadIndex), got"
-            f" {offload!r}"
+            f"offload must be None or have could_serve(prefix_hash) (OffloadIndex), got {offload!r}"
         )

@@ -1,0 +1,173 @@
+"""The tensors a copy engine reads and writes: per-layer slot tensors and per-layer KV pages.
+
+:class:`StateTensors` allocates them from a :class:`~pagedstate.gpu.geometry.CheckpointLayout`
+(or wraps an engine's own tensors of the same shapes) and gives byte-level views for the
+executors and tests: a slot's carried image, a unit's bytes, and the address tables a
+descriptor is built from. Needs torch (the ``gpu`` extra).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pagedstate.spec.errors import InvalidArgumentError
+
+from .geometry import CheckpointLayout
+
+__all__ = ["StateTensors", "torch_dtype"]
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - the gpu extra is missing
+        raise ImportError("pagedstate.gpu needs torch: pip install 'pagedstate[gpu]'") from exc
+    return torch
+
+
+def torch_dtype(name: str) -> Any:
+    """The torch dtype of a geometry dtype name (``"bfloat16"``, ``"float32"``, ...)."""
+    return getattr(_torch(), name)
+
+
+class StateTensors:
+    """Slot tensors and KV page tensors of one layout on one device.
+
+    Attributes:
+        layout: the layout the tensors follow.
+        num_slots: slots per slot tensor (requests' live states).
+        num_blocks: KV blocks (pool units) per KV tensor.
+        slot_tensors: one tensor per :attr:`CheckpointLayout.slot_tensors` entry, shape
+            ``[num_slots, *shape]`` and its dtype.
+        kv_tensors: one bf16 tensor per attention layer, shape
+            ``[num_blocks, region_bytes // 2]`` (one page per block).
+
+    Args:
+        layout: the checkpoint layout.
+        num_slots: >= 1.
+        num_blocks: >= ``layout.units_per_checkpoint``.
+        device: a torch device (``"cpu"``, ``"cuda"``); tensors are allocated empty.
+        slot_tensors, kv_tensors: an engine's own tensors instead (shapes and dtypes are
+            checked; each must be contiguous).
+
+    Raises:
+        InvalidArgumentError: counts out of range, or given tensors of the wrong shape,
+            dtype, device or layout.
+    """
+
+    def __init__(
+        self,
+        layout: CheckpointLayout,
+        num_slots: int,
+        num_blocks: int,
+        device: Any = "cpu",
+        *,
+        slot_tensors: Sequence[Any] | None = None,
+        kv_tensors: Sequence[Any] | None = None,
+    ) -> None:
+        torch = _torch()
+        if type(num_slots) is not int or num_slots < 1:
+            raise InvalidArgumentError(f"num_slots must be an int >= 1, got {num_slots!r}")
+        if type(num_blocks) is not int or num_blocks < layout.units_per_checkpoint:
+            raise InvalidArgumentError(
+                f"num_blocks must be an int >= units_per_checkpoint"
+                f" ({layout.units_per_checkpoint}), got {num_blocks!r}"
+            )
+        self.layout = layout
+        self.num_slots = num_slots
+        self.num_blocks = num_blocks
+        self.device = torch.device(device)
+        want_slots = [((num_slots, *t.shape), torch_dtype(t.dtype)) for t in layout.slot_tensors]
+        want_kv = [((num_blocks, b // 2), torch.bfloat16) for b in layout.region_bytes]
+        self.slot_tensors = self._take("slot_tensors", slot_tensors, want_slots)
+        self.kv_tensors = self._take("kv_tensors", kv_tensors, want_kv)
+        self._slot_rows = [t.view(num_slots, -1).view(torch.uint8) for t in self.slot_tensors]
+        self._kv_rows = [t.view(torch.uint8) for t in self.kv_tensors]
+        self._carried = [t.carried_bytes for t in layout.slot_tensors]
+
+    def _take(
+        self, name: str, given: Sequence[Any] | None, want: Sequence[tuple[tuple[int, ...], Any]]
+    ) -> list[Any]:
+        torch = _torch()
+        if given is None:
+            return [torch.empty(shape, dtype=dt, device=self.device) for shape, dt in want]
+        given = list(given)
+        if len(given) != len(want):
+            raise InvalidArgumentError(f"{name}: {len(want)} tensors expected, got {len(given)}")
+        for i, (t, (shape, dt)) in enumerate(zip(given, want, strict=True)):
+            if tuple(t.shape) != shape or t.dtype != dt or t.device != self.device:
+                raise InvalidArgumentError(
+                    f"{name}[{i}] must be {shape} {dt} on {self.device}, got"
+                    f" {tuple(t.shape)} {t.dtype} on {t.device}"
+                )
+            if not t.is_contiguous():
+                raise InvalidArgumentError(f"{name}[{i}] must be contiguous")
+        return given
+
+    # -- byte views ----------------------------------------------------------------------
+
+    def slot_row(self, tensor: int, slot: int) -> Any:
+        """Slot ``slot``'s whole row of slot tensor ``tensor`` as a uint8 view."""
+        return self._slot_rows[tensor][slot]
+
+    def unit_region(self, region: int, unit: int) -> Any:
+        """Unit ``unit``'s region ``region`` (its page in attention layer ``region``) as a
+        uint8 view."""
+        return self._kv_rows[region][unit]
+
+    def read_image(self, slot: int) -> Any:
+        """The carried bytes of ``slot`` in source-stream order (a new uint8 tensor of
+        ``image_bytes``)."""
+        torch = _torch()
+        return torch.cat([r[slot, :c] for r, c in zip(self._slot_rows, self._carried, strict=True)])
+
+    def write_image(self, slot: int, data: Any) -> None:
+        """Write ``image_bytes`` bytes (uint8 tensor) into ``slot``'s carried ranges."""
+        pos = 0
+        for r, c in zip(self._slot_rows, self._carried, strict=True):
+            r[slot, :c].copy_(data[pos : pos + c])
+            pos += c
+
+    def read_slot(self, slot: int) -> Any:
+        """All bytes of ``slot``, carried or not, tensor by tensor (uint8, ``slot_bytes``)."""
+        torch = _torch()
+        return torch.cat([r[slot] for r in self._slot_rows])
+
+    def read_units(self, unit_ids: Sequence[int]) -> Any:
+        """The destination stream over ``unit_ids``: regions unit-major, region-minor."""
+        torch = _torch()
+        return torch.cat([r[u] for u in unit_ids for r in self._kv_rows])
+
+    def fill_unit(self, unit: int, data: Any) -> None:
+        """Overwrite every region of ``unit`` with ``data`` (uint8, ``page_unit_bytes``)."""
+        pos = 0
+        for r in self._kv_rows:
+            n = r.shape[1]
+            r[unit].copy_(data[pos : pos + n])
+            pos += n
+
+    # -- address tables for descriptors ------------------------------------------------
+
+    def slot_bases(self, slots: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """``(len(slots), len(slot_tensors))`` byte addresses of each slot's carried ranges
+        (each carried range starts its row)."""
+        s = np.asarray(slots, dtype=np.int64).reshape(-1, 1)
+        base = np.array([r.data_ptr() for r in self._slot_rows], dtype=np.int64)
+        stride = np.array([r.stride(0) for r in self._slot_rows], dtype=np.int64)
+        return base + s * stride
+
+    def unit_bases(self, unit_ids: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """``(copies, U * R)`` byte addresses of each copy's unit regions, unit-major and
+        region-minor (SPEC E.3), from ``(copies, U)`` unit ids."""
+        u = np.asarray(unit_ids, dtype=np.int64)
+        base = np.array([r.data_ptr() for r in self._kv_rows], dtype=np.int64)
+        stride = np.array([r.stride(0) for r in self._kv_rows], dtype=np.int64)
+        return (base + u[..., None] * stride).reshape(u.shape[0], -1)
+
+    def all_tensors(self) -> list[Any]:
+        """Every tensor, slot tensors first (for a kernel's base pointer)."""
+        return [*self.slot_tensors, *self.kv_tensors]
