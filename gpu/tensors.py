@@ -80,7 +80,10 @@ class StateTensors:
         self.layout = layout
         self.num_slots = num_slots
         self.num_blocks = num_blocks
-        self.device = torch.device(device)
+        dev = torch.device(device)
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        self.device = dev
         want_slots = [((num_slots, *t.shape), torch_dtype(t.dtype)) for t in layout.slot_tensors]
         want_kv = [((num_blocks, b // 2), torch.bfloat16) for b in layout.region_bytes]
         self.slot_tensors = self._take("slot_tensors", slot_tensors, want_slots)
