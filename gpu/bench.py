@@ -21,7 +21,7 @@ Every timed batch is also checked once: the units (store) or slots (restore) hol
 the source bytes afterwards.
 
 Usage: ``python -m pagedstate.gpu.bench [--models ...] [--batches 1,8,64,256]
-[--variants 32768:1024:4,...] [--out docs/gpu-benchmarks.md] [--json FILE]``.
+[--variants 512:4:4:for,...] [--out docs/gpu-benchmarks.md] [--json FILE]``.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ DEFAULT_MODELS = (
     "moonshotai/Kimi-Linear-48B-A3B-Instruct",
 )
 DEFAULT_BATCHES = (1, 8, 64, 256)
-#: (block, num_warps, loop) of the Triton kernel; loop is "while" or "for".
-DEFAULT_VARIANTS = ((1024, 4, "while"),)
+#: (block, rows_per_program, num_warps, loop) of the Triton kernel; loop: "while" or "for".
+DEFAULT_VARIANTS = ((512, 4, 4, "for"),)
 TARGET_RATIO = 0.90
 _MARK_BEGIN = "<!-- bench-gpu:begin -->"
 _MARK_END = "<!-- bench-gpu:end -->"
@@ -152,7 +152,7 @@ def _ops(layout: CheckpointLayout, batch: int, seed: int) -> tuple[list[Any], li
 def run(
     models: Sequence[str] = DEFAULT_MODELS,
     batches: Sequence[int] = DEFAULT_BATCHES,
-    variants: Sequence[tuple[int, int, str]] = DEFAULT_VARIANTS,
+    variants: Sequence[tuple[int, int, int, str]] = DEFAULT_VARIANTS,
     block_tokens: int = 16,
     reps: int = 10,
     warmup: int = 3,
@@ -196,11 +196,16 @@ def run(
                 "executors": [],
             }
             execs: list[tuple[str, Any]] = []
-            for block, warps, loop in variants:
+            for block, rows, warps, loop in variants:
                 ex = TritonCopyExecutor(
-                    t, batch, block=block, num_warps=warps, for_loop=loop == "for"
+                    t,
+                    batch,
+                    block=block,
+                    rows_per_program=rows,
+                    num_warps=warps,
+                    for_loop=loop == "for",
                 )
-                execs.append((f"triton block={block} warps={warps} {loop}", ex))
+                execs.append((f"triton block={block} rows={rows} warps={warps} {loop}", ex))
             if torch_baseline:
                 execs.append(("torch", TorchCopyExecutor(t, batch)))
             row["spans_per_image"] = execs[0][1].plan.num_spans
@@ -328,11 +333,11 @@ def _write(out: Path, section: str) -> None:
     out.write_text(text, encoding="utf-8")
 
 
-def _variant(text: str) -> tuple[int, int, str]:
-    a, b, c = text.split(":")
-    if c not in ("while", "for"):
-        raise argparse.ArgumentTypeError(f"loop must be while or for, got {c!r}")
-    return int(a), int(b), c
+def _variant(text: str) -> tuple[int, int, int, str]:
+    a, b, c, d = text.split(":")
+    if d not in ("while", "for"):
+        raise argparse.ArgumentTypeError(f"loop must be while or for, got {d!r}")
+    return int(a), int(b), int(c), d
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -343,7 +348,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--variants",
         default=",".join(":".join(map(str, v)) for v in DEFAULT_VARIANTS),
-        help="Triton kernel variants block:num_warps:loop (loop: while or for), comma-separated",
+        help="Triton kernel variants block:rows_per_program:num_warps:loop (loop: while or for),"
+        " comma-separated",
     )
     ap.add_argument("--block-tokens", type=int, default=16)
     ap.add_argument("--reps", type=int, default=10)

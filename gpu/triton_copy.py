@@ -4,21 +4,25 @@ The host builds one descriptor for the whole batch with
 :func:`~pagedstate.gpu.plan.write_descriptor`, written straight into a pinned staging
 buffer: stores first (``forward=True``), then restores (the same plan, ``forward=False``),
 then scrub rows; each row is ``(src_addr, dst_addr, length)`` in bytes, and a scrub row has
-``src_addr == 0`` (zero fill). The row count and the rows go to a static device buffer in
-one non-blocking copy on the current stream, so building and uploading never synchronize
-the compute stream (two staging buffers are used in turn; the host only waits for its own
-upload from two batches ago), and the launch is usable under CUDA graph capture: the grid
-is then the buffer's capacity and programs past the row count return at once.
+``src_addr == 0`` (zero fill). The row count and the rows go to a device buffer in one
+non-blocking copy on a side stream; the compute stream waits for it on the device, so
+building and uploading never synchronize the compute stream and the upload overlaps the
+previous batch's kernel. Two staging and two device buffers are used in turn: the side
+stream waits (on the device) for the kernel that last read its device buffer, and the host
+waits only for its own upload from two batches ago. Under CUDA graph capture the launch
+gets buffers of its own and stays on the capturing stream; the grid is then sized for the
+buffer's capacity and rows past the count are skipped.
 
-The kernel runs one program per row: it turns the row's addresses into offsets from the
+The kernel gives each program ``rows_per_program`` rows, copied side by side as a 2-D tile
+(``rows x block`` elements per step), so the descriptor loads of several rows are paid
+together and many bytes are in flight per program. Addresses become offsets from the
 lowest-addressed tensor of the :class:`StateTensors` (the kernel's base pointer, so every
-offset is >= 0 and pointer arithmetic stays typed) and copies the row in steps of
-``block`` elements. A row is one span of the plan, at most one KV region long (SPEC E.3),
-or one region of a scrubbed unit. When every address and length the layout can produce is
-a multiple of 16 bytes (true for every shipped geometry: rows and pages are multiples of 16
-bytes and allocations are 256-byte aligned; checked once per executor) the elements are
-``int64`` pairs hinted 16-byte aligned, so loads and stores are 16-byte vectors; otherwise
-bytes.
+offset is >= 0 and pointer arithmetic stays typed). A row is one span of the plan, at most
+one KV region long (SPEC E.3), or one region of a scrubbed unit. When every address and
+length the layout can produce is a multiple of 16 bytes (true for every shipped geometry:
+rows and pages are multiples of 16 bytes and allocations are 256-byte aligned; checked once
+per executor) the elements are ``int64``, hinted aligned, so loads and stores are 16-byte
+vectors; otherwise bytes.
 
 Set ``TRITON_INTERPRET=1`` to run the kernel on a CPU (the tests do, when Triton is
 installed).
@@ -66,43 +70,48 @@ if _HAVE_TRITON:
         base_ptr,  # the lowest-addressed tensor: int64 elements (WIDE) or uint8
         base_addr,  # its address in bytes
         desc_ptr,  # (rows, 3) int64: src_addr (0: zero fill), dst_addr, length, in bytes
-        count_ptr,  # (1,) int64: rows in use (programs past it return)
-        BLOCK: tl.constexpr,  # elements per step
+        count_ptr,  # (1,) int64: rows in use (rows past it are skipped)
+        ROWS: tl.constexpr,  # rows per program, copied side by side
+        BLOCK: tl.constexpr,  # elements per row per step
         WIDE: tl.constexpr,  # 8-byte elements, offsets even (16-byte vectors)
         FOR_LOOP: tl.constexpr,  # a counted loop (compiled only) instead of a while loop
         ALIGN: tl.constexpr,  # WIDE: every offset and length is a multiple of ALIGN elements
     ):
-        row = tl.program_id(0).to(tl.int64)
-        if row < tl.load(count_ptr):
-            src = tl.load(desc_ptr + 3 * row)
-            dst = tl.load(desc_ptr + 3 * row + 1)
-            length = tl.load(desc_ptr + 3 * row + 2)
-            if WIDE:
-                d = tl.multiple_of((dst - base_addr) >> 3, ALIGN)
-                s = tl.multiple_of((src - base_addr) >> 3, ALIGN)
-                n = tl.multiple_of(length >> 3, ALIGN)
-            else:
-                d = dst - base_addr
-                s = src - base_addr
-                n = length
-            offs = tl.arange(0, BLOCK)
-            zero = src == 0
-            if FOR_LOOP:
-                for k in range(0, n, BLOCK):
-                    idx = k + offs
-                    m = idx < n
-                    v = tl.load(base_ptr + s + idx, mask=m & (not zero), other=0)
-                    tl.store(base_ptr + d + idx, v, mask=m)
-            else:
-                # A while loop: Triton's interpreter cannot take a loaded value as a
-                # range() bound (it converts a 1-element array with int()).
-                k = n * 0
-                while k < n:
-                    idx = k + offs
-                    m = idx < n
-                    v = tl.load(base_ptr + s + idx, mask=m & (not zero), other=0)
-                    tl.store(base_ptr + d + idx, v, mask=m)
-                    k += BLOCK
+        r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+        live = r < tl.load(count_ptr)
+        src = tl.load(desc_ptr + 3 * r, mask=live, other=0)
+        dst = tl.load(desc_ptr + 3 * r + 1, mask=live, other=0)
+        length = tl.load(desc_ptr + 3 * r + 2, mask=live, other=0)
+        if WIDE:
+            d = tl.multiple_of((dst - base_addr) >> 3, ALIGN)
+            s = tl.multiple_of((src - base_addr) >> 3, ALIGN)
+            n = tl.multiple_of(length >> 3, ALIGN)
+        else:
+            d = dst - base_addr
+            s = src - base_addr
+            n = length
+        copy = (src != 0)[:, None]  # a zero source means: fill with zeros
+        s2 = s[:, None]
+        d2 = d[:, None]
+        n2 = n[:, None]
+        offs = tl.arange(0, BLOCK)[None, :]
+        longest = tl.max(n, axis=0)
+        if FOR_LOOP:
+            for k in range(0, longest, BLOCK):
+                idx = k + offs
+                m = idx < n2
+                v = tl.load(base_ptr + s2 + idx, mask=m & copy, other=0)
+                tl.store(base_ptr + d2 + idx, v, mask=m)
+        else:
+            # A while loop: Triton's interpreter cannot take a loaded value as a range()
+            # bound (it converts a 1-element array with int()).
+            k = longest * 0
+            while k < longest:
+                idx = k + offs
+                m = idx < n2
+                v = tl.load(base_ptr + s2 + idx, mask=m & copy, other=0)
+                tl.store(base_ptr + d2 + idx, v, mask=m)
+                k += BLOCK
 
 
 class TritonCopyExecutor(CopyExecutorBase):
@@ -113,8 +122,9 @@ class TritonCopyExecutor(CopyExecutorBase):
         tensors: the slot and KV tensors (CUDA, or CPU under the interpreter).
         max_ops_per_batch: descriptor capacity in copies (SPEC E.5: ``2 *
             max_num_seqs``); the static buffers are sized from it.
-        block: elements a program copies per step (a power of two; 8-byte elements on the
-            16-byte path, bytes otherwise).
+        block: elements a program copies per row per step (a power of two; 8-byte elements
+            on the 16-byte path, bytes otherwise).
+        rows_per_program: descriptor rows one program copies side by side (a power of two).
         num_warps: warps per program.
         max_scrub_units: the most units one batch may scrub (sizes the buffers).
         wide: force the 16-byte path on (True: refused unless the layout allows it) or off
@@ -136,6 +146,7 @@ class TritonCopyExecutor(CopyExecutorBase):
         max_ops_per_batch: int,
         *,
         block: int = 1024,
+        rows_per_program: int = 4,
         num_warps: int = 4,
         max_scrub_units: int = 256,
         wide: bool | None = None,
@@ -149,28 +160,38 @@ class TritonCopyExecutor(CopyExecutorBase):
             )
         for name, v in (
             ("block", block),
+            ("rows_per_program", rows_per_program),
             ("num_warps", num_warps),
             ("max_scrub_units", max_scrub_units),
         ):
             if type(v) is not int or v < 0 or (v == 0 and name != "max_scrub_units"):
                 raise InvalidArgumentError(f"{name} must be a positive int, got {v!r}")
-        if block & (block - 1):
-            raise InvalidArgumentError(f"block must be a power of two, got {block}")
+        if block & (block - 1) or rows_per_program & (rows_per_program - 1):
+            raise InvalidArgumentError(
+                f"block and rows_per_program must be powers of two, got {block}, {rows_per_program}"
+            )
         super().__init__(tensors, max_ops_per_batch)
         torch = _torch()
         self.block, self.num_warps, self.max_scrub_units = block, num_warps, max_scrub_units
+        self.rows_per_program = rows_per_program
         self.for_loop = bool(for_loop)
         dev = tensors.device
         r = len(self.layout.region_bytes)
         self._rows_cap = max_ops_per_batch * self.plan.num_spans + max_scrub_units * r
         size = 1 + 3 * self._rows_cap
         pin = dev.type == "cuda"
+        # Two pinned staging buffers and two device buffers, used in turn. The upload runs
+        # on a side stream that waits (on the device) for the kernel that last read its
+        # device buffer; the compute stream waits (on the device) for the upload. The host
+        # waits only for its own upload from two batches ago, before rewriting that
+        # staging buffer: never for the compute stream.
         self._stage = [torch.empty(size, dtype=torch.int64, pin_memory=pin) for _ in range(2)]
-        self._stage_np = [x.numpy() for x in self._stage]
+        self._dev = [torch.empty(size, dtype=torch.int64, device=dev) for _ in range(2)]
         self._uploaded: list[Any] = [None, None]
-        self._captured: list[Any] = []  # staging buffers owned by captured graphs
+        self._kernel_done: list[Any] = [None, None]
+        self._copy_stream = torch.cuda.Stream(device=dev) if pin else None
+        self._captured: list[Any] = []  # buffers owned by captured graphs
         self._turn = 0
-        self._dev = torch.empty(size, dtype=torch.int64, device=dev)
         everything = tensors.all_tensors()
         base = min(everything, key=lambda x: x.data_ptr())
         self._base_addr = int(base.data_ptr())
@@ -245,46 +266,61 @@ class TritonCopyExecutor(CopyExecutorBase):
             )
         cuda = self.tensors.device.type == "cuda"
         capturing = cuda and torch.cuda.is_current_stream_capturing()
+        i = self._turn
         if capturing:
-            # A captured upload reads its pinned buffer at every replay: give the graph a
-            # buffer of its own, never rewritten, and take no event (no sync in capture).
-            buf = torch.empty_like(self._stage[0], pin_memory=True)
-            self._captured.append(buf)
-            stage_t = buf
+            # A captured upload reads its pinned buffer, and the captured kernel its device
+            # buffer, at every replay: the graph gets buffers of its own, never rewritten,
+            # and everything stays on the capturing stream (no events, no side stream).
+            stage_t = torch.empty_like(self._stage[0], pin_memory=True)
+            dev = torch.empty_like(self._dev[0])
+            self._captured.append((stage_t, dev))
         else:
-            i = self._turn
             self._turn ^= 1
             if self._uploaded[i] is not None:
-                self._uploaded[i].synchronize()  # our upload from two batches ago was read
-            stage_t = self._stage[i]
+                self._uploaded[i].synchronize()  # our upload from two batches ago is done
+            stage_t, dev = self._stage[i], self._dev[i]
         stage = stage_t.numpy()
         rows = self._write_rows(stage[1:].reshape(-1, 3), batch)
         stage[0] = rows
         used = 1 + 3 * rows
+        compute = torch.cuda.current_stream() if cuda else None
+        if not cuda:
+            dev[:used].copy_(stage_t[:used])
+        elif capturing:
+            dev[:used].copy_(stage_t[:used], non_blocking=True)
+        else:
+            side = self._copy_stream
+            assert side is not None and compute is not None
+            if self._kernel_done[i] is not None:
+                side.wait_event(self._kernel_done[i])
+            with torch.cuda.stream(side):
+                dev[:used].copy_(stage_t[:used], non_blocking=True)
+                up = torch.cuda.Event()
+                up.record(side)
+            self._uploaded[i] = up
+            compute.wait_event(up)
         timed = self.record_events and cuda and not capturing
         if timed:
             start = torch.cuda.Event(enable_timing=True)
             start.record()
-        if cuda:
-            self._dev[:used].copy_(stage_t[:used], non_blocking=True)
-            if not capturing:
-                ev = torch.cuda.Event()
-                ev.record()
-                self._uploaded[i] = ev
-        else:
-            self._dev[:used].copy_(stage_t[:used])
-        grid = (self._rows_cap if capturing else rows,)
+        cap = self._rows_cap if capturing else rows
+        grid = (-(-cap // self.rows_per_program),)
         _copy_rows_kernel[grid](
             self._base,
             self._base_addr,
-            self._dev[1:],
-            self._dev[:1],
+            dev[1:],
+            dev[:1],
+            ROWS=self.rows_per_program,
             BLOCK=self.block,
             WIDE=self.wide,
             FOR_LOOP=self.for_loop,
             ALIGN=2 * self.align if self.wide else 1,
             num_warps=self.num_warps,
         )
+        if cuda and not capturing:
+            done = torch.cuda.Event()
+            done.record()
+            self._kernel_done[i] = done
         if timed:
             end = torch.cuda.Event(enable_timing=True)
             end.record()
