@@ -17,7 +17,7 @@ export PYTHONPATH=/tmp/pp PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=ci
     date -u
     nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
     python3 -c 'import sys, torch, triton, numpy; print(sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "numpy", numpy.__version__)'
-    git rev-parse HEAD 2>/dev/null || true
+    echo "commit: ${COMMIT:-unknown}"
 } 2>&1 | tee "$out/env.txt"
 SECONDS=0
 python3 -m pytest -q -p no:cacheprovider -o addopts="" -m "not slow" ${GPU_TESTS:-tests/test_gpu_cuda.py} 2>&1 | tee "$out/gpu_tests.log"
