@@ -328,6 +328,9 @@ class CopyExecutorBase:
         #: device work in :attr:`last_events` (``make bench-gpu`` reads them).
         self.record_events = False
         self.last_events: tuple[Any, Any] | None = None
+        #: With :attr:`record_events`: GPU cycles to keep the stream busy (a sleep kernel)
+        #: before the start event, so that the events time device work only (benchmarks).
+        self.hold_cycles = 0
 
     def check(
         self,
@@ -398,6 +401,8 @@ class TorchCopyExecutor(CopyExecutorBase):
         dev = t.device
         timed = self.record_events and dev.type == "cuda"
         if timed:
+            if self.hold_cycles:
+                torch.cuda._sleep(self.hold_cycles)
             start = torch.cuda.Event(enable_timing=True)
             start.record()
         slot_rows, kv_rows = t._slot_rows, t._kv_rows

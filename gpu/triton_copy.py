@@ -301,6 +301,10 @@ class TritonCopyExecutor(CopyExecutorBase):
             compute.wait_event(up)
         timed = self.record_events and cuda and not capturing
         if timed:
+            if self.hold_cycles:
+                # Keep the stream busy while the host enqueues the launch below, so the
+                # events time the device's work, not the host's launch overhead.
+                torch.cuda._sleep(self.hold_cycles)
             start = torch.cuda.Event(enable_timing=True)
             start.record()
         cap = self._rows_cap if capturing else rows
