@@ -43,6 +43,8 @@ help:
 	@echo "make contracts      CrossHair: spec contracts, diffbehavior reference vs production helpers"
 	@echo "make bench          trace-driven store benchmark, production vs reference (docs/benchmarks.md)"
 	@echo "make bench-explore  explorer throughput (docs/benchmarks.md)"
+	@echo "make bench-gpu      GPU copy engine vs device-to-device copy (CUDA; docs/gpu-benchmarks.md)"
+	@echo "make test-gpu       the CUDA tests (skip without a GPU; tools/gpu_device_run.sh runs both)"
 	@echo "make mutation       mutmut over impl/store.py and impl/pool.py (hours; MUTATION_SAMPLE=K: every K-th)"
 	@echo "make wheel-check    build the wheel, install it in a fresh venv without dev extras, smoke-test it"
 	@echo "make clean          remove $(VENV), build outputs and caches"
@@ -163,6 +165,17 @@ bench: $(STAMP)
 	$(PY) -m pagedstate.models.bench --impl pagedstate.impl --ref pagedstate.models.reference \
 		--out docs/benchmarks.md
 
+# GPU copy engine benchmark (issue 4): needs a CUDA device, so it runs on the H200 through
+# the device tool (tools/gpu_device_run.sh runs the GPU tests and this with the device
+# image's python3). Writes docs/gpu-benchmarks.md's section and the raw JSON beside it.
+.PHONY: bench-gpu test-gpu
+bench-gpu: $(STAMP)
+	$(PY) -m pagedstate.gpu.bench --out docs/gpu-benchmarks.md --json docs/gpu/bench.json
+
+# The GPU tests alone (they skip without CUDA).
+test-gpu: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_gpu_cuda.py
+
 # Proves the wheel on its own: built from the tree, installed into a fresh venv
 # with only the runtime dependencies (no dev extras, no torch), used from
 # outside the repo.
@@ -182,6 +195,7 @@ wheel-check: $(STAMP)
 	"$$tmp/venv/bin/python" -m pip install --progress-bar off --disable-pip-version-check -q "$$whl"; \
 	cd "$$tmp"; \
 	"$$tmp/venv/bin/python" -c 'import pagedstate.spec, pagedstate.models, pagedstate.impl, pagedstate.gpu'; \
+	"$$tmp/venv/bin/python" -c 'import pagedstate.gpu as g; assert len(g.geometry_ids()) == 17; print("geometries:", g.load_geometry("Qwen3-Next").layout(16).units_per_checkpoint, "units per Qwen3-Next image")'; \
 	if "$$tmp/venv/bin/python" -c 'import torch' 2>/dev/null; then \
 		echo "wheel-check: torch got installed in the fresh venv" >&2; exit 1; fi; \
 	"$$tmp/venv/bin/pagedstate" --help; \
