@@ -301,16 +301,29 @@ class CopyExecutorBase:
         max_ops_per_batch: the most copies one batch may hold (SPEC E.5: ``2 *
             max_num_seqs``); None for no bound.
         tile_bytes: the plan's tile size (reported; executors choose their own grid).
+        max_scrub_units: the most units one batch may scrub; None for no bound.
 
     Raises:
-        InvalidArgumentError: ``max_ops_per_batch`` is not None or an int >= 1.
+        InvalidArgumentError: ``max_ops_per_batch`` is not None or an int >= 1, or
+            ``max_scrub_units`` not None or an int >= 0.
     """
 
     name = "base"
 
     def __init__(
-        self, tensors: StateTensors, max_ops_per_batch: int | None = None, tile_bytes: int = 4096
+        self,
+        tensors: StateTensors,
+        max_ops_per_batch: int | None = None,
+        tile_bytes: int = 4096,
+        *,
+        max_scrub_units: int | None = None,
     ) -> None:
+        if max_scrub_units is not None and (
+            type(max_scrub_units) is not int or max_scrub_units < 0
+        ):
+            raise InvalidArgumentError(
+                f"max_scrub_units must be None or an int >= 0, got {max_scrub_units!r}"
+            )
         if max_ops_per_batch is not None and (
             type(max_ops_per_batch) is not int or max_ops_per_batch < 1
         ):
@@ -320,6 +333,7 @@ class CopyExecutorBase:
         self.tensors = tensors
         self.layout: CheckpointLayout = tensors.layout
         self.max_ops_per_batch = max_ops_per_batch
+        self.max_scrub_units = max_scrub_units
         self.plan: CopyPlan = plan_segmented_copy(
             self.layout.src_sizes, self.layout.dst_sizes(), self.layout.image_bytes, tile_bytes
         )
@@ -340,7 +354,7 @@ class CopyExecutorBase:
     ) -> CheckedBatch:
         """:func:`validate_batch` against this executor's layout and tensors."""
         t = self.tensors
-        return validate_batch(
+        batch = validate_batch(
             self.layout,
             stores,
             restores,
@@ -349,6 +363,13 @@ class CopyExecutorBase:
             num_blocks=t.num_blocks,
             max_ops=self.max_ops_per_batch,
         )
+        cap = self.max_scrub_units
+        if cap is not None and len(batch.scrub_units) > cap:
+            raise BatchTooLargeError(
+                f"a batch asked to scrub {len(batch.scrub_units)} units, more than the {cap}"
+                " its descriptor was sized for (scrub the rest in the next batch)"
+            )
+        return batch
 
     def execute(
         self,
@@ -385,9 +406,14 @@ class TorchCopyExecutor(CopyExecutorBase):
     name = "torch"
 
     def __init__(
-        self, tensors: StateTensors, max_ops_per_batch: int | None = None, tile_bytes: int = 4096
+        self,
+        tensors: StateTensors,
+        max_ops_per_batch: int | None = None,
+        tile_bytes: int = 4096,
+        *,
+        max_scrub_units: int | None = None,
     ) -> None:
-        super().__init__(tensors, max_ops_per_batch, tile_bytes)
+        super().__init__(tensors, max_ops_per_batch, tile_bytes, max_scrub_units=max_scrub_units)
         r = len(self.layout.region_bytes)
         p = self.plan
         self._spans = [

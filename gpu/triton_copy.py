@@ -126,7 +126,8 @@ class TritonCopyExecutor(CopyExecutorBase):
             on the 16-byte path, bytes otherwise).
         rows_per_program: descriptor rows one program copies side by side (a power of two).
         num_warps: warps per program.
-        max_scrub_units: the most units one batch may scrub (sizes the buffers).
+        max_scrub_units: the most units one batch may scrub (sizes the buffers; more is
+            refused with ``BatchTooLargeError``: pass the rest to the next batch).
         wide: force the 16-byte path on (True: refused unless the layout allows it) or off
             (False); None picks it when allowed.
         for_loop: copy a row with a counted loop instead of a while loop (the compiler may
@@ -170,9 +171,9 @@ class TritonCopyExecutor(CopyExecutorBase):
             raise InvalidArgumentError(
                 f"block and rows_per_program must be powers of two, got {block}, {rows_per_program}"
             )
-        super().__init__(tensors, max_ops_per_batch)
+        super().__init__(tensors, max_ops_per_batch, max_scrub_units=max_scrub_units)
         torch = _torch()
-        self.block, self.num_warps, self.max_scrub_units = block, num_warps, max_scrub_units
+        self.block, self.num_warps = block, num_warps
         self.rows_per_program = rows_per_program
         self.for_loop = bool(for_loop)
         dev = tensors.device
@@ -259,11 +260,6 @@ class TritonCopyExecutor(CopyExecutorBase):
 
     def _run(self, batch: CheckedBatch) -> None:
         torch = _torch()
-        if len(batch.scrub_units) > self.max_scrub_units:
-            raise InvalidArgumentError(
-                f"{len(batch.scrub_units)} scrub units, more than max_scrub_units="
-                f"{self.max_scrub_units}"
-            )
         cuda = self.tensors.device.type == "cuda"
         capturing = cuda and torch.cuda.is_current_stream_capturing()
         i = self._turn
