@@ -1,8 +1,8 @@
 """The Triton executor: one kernel launch per batch of stores, restores and scrubs.
 
-The host builds one descriptor for the whole batch with
-:func:`~pagedstate.gpu.plan.write_descriptor`, written straight into a pinned staging
-buffer: stores first (``forward=True``), then restores (the same plan, ``forward=False``),
+The host builds one descriptor for the whole batch (the rows
+:func:`~pagedstate.gpu.plan.write_descriptor` gives, computed from per-span affine tables
+made once per executor), written straight into a pinned staging buffer: stores first (``forward=True``), then restores (the same plan, ``forward=False``),
 then scrub rows; each row is ``(src_addr, dst_addr, length)`` in bytes, and a scrub row has
 ``src_addr == 0`` (zero fill). The row count and the rows go to a device buffer in one
 non-blocking copy on a side stream; the compute stream waits for it on the device, so
@@ -38,7 +38,6 @@ import numpy as np
 from pagedstate.spec.errors import InvalidArgumentError
 
 from .executor import CheckedBatch, CopyExecutorBase
-from .plan import write_descriptor
 from .tensors import StateTensors, _torch
 
 __all__ = ["TritonCopyExecutor", "interpreting", "triton_available"]
@@ -221,41 +220,64 @@ class TritonCopyExecutor(CopyExecutorBase):
         self.align = 1
         while self.align < 16 and g % (16 * self.align) == 0:
             self.align *= 2
+        self._affine_tables()
         flat = base.view(-1).view(torch.uint8)
         self._base = flat[: flat.numel() // 8 * 8].view(torch.int64) if self.wide else flat
 
+    def _affine_tables(self) -> None:
+        """Per span, the affine maps from a copy's slot and units to the span's addresses:
+        ``slot_addr = slot * s_mult + s_const`` and ``unit_addr = units[piece] * d_mult +
+        d_const`` (a tensor's base plus a row stride times the index plus the span's
+        offset), so a batch's rows are two broadcasts and one gather, with no per-copy
+        base tables. The same rows as :func:`~pagedstate.gpu.plan.write_descriptor` over
+        :meth:`StateTensors.slot_bases` / :meth:`StateTensors.unit_bases` (tested)."""
+        t, p = self.tensors, self.plan
+        r = len(self.layout.region_bytes)
+        s_base = np.array([x.data_ptr() for x in t._slot_rows], dtype=np.int64)
+        s_stride = np.array([x.stride(0) for x in t._slot_rows], dtype=np.int64)
+        d_base = np.array([x.data_ptr() for x in t._kv_rows], dtype=np.int64)
+        d_stride = np.array([x.stride(0) for x in t._kv_rows], dtype=np.int64)
+        region = p.dst_seg % r
+        self._s_mult = s_stride[p.src_seg]
+        self._s_const = s_base[p.src_seg] + p.src_off
+        self._piece = (p.dst_seg // r).astype(np.int64)
+        self._d_mult = d_stride[region]
+        self._d_const = d_base[region] + p.dst_off
+        self._scrub_base = d_base
+        self._scrub_stride = d_stride
+        self._scrub_len = np.asarray(self.layout.region_bytes, dtype=np.int64)
+
     def _write_rows(self, out: np.ndarray, batch: CheckedBatch) -> int:
-        """Write the batch's rows into ``out`` ((capacity, 3) int64); returns the count."""
-        t, plan = self.tensors, self.plan
+        """Write the batch's rows into ``out`` ((capacity, 3) int64); returns the count.
+        Stores first, then restores (columns swapped: the store plan read backwards),
+        then scrub rows (source 0)."""
+        spans = self.plan.num_spans
         n = 0
-        k = len(batch.store_slots) * plan.num_spans
+        for slots, units, slot_col in (
+            (batch.store_slots, batch.store_units, 0),
+            (batch.restore_slots, batch.restore_units, 1),
+        ):
+            c = len(slots)
+            if not c:
+                continue
+            rows3 = out[n : n + c * spans].reshape(c, spans, 3)
+            col = rows3[:, :, slot_col]
+            np.multiply(slots[:, None], self._s_mult, out=col)
+            col += self._s_const
+            col = rows3[:, :, 1 - slot_col]
+            np.multiply(np.take(units, self._piece, axis=1), self._d_mult, out=col)
+            col += self._d_const
+            rows3[:, :, 2] = self.plan.length
+            n += c * spans
+        k = len(batch.scrub_units)
         if k:
-            write_descriptor(
-                out[n : n + k],
-                plan,
-                t.slot_bases(batch.store_slots),
-                t.unit_bases(batch.store_units),
-            )
-            n += k
-        k = len(batch.restore_slots) * plan.num_spans
-        if k:
-            write_descriptor(
-                out[n : n + k],
-                plan,
-                t.slot_bases(batch.restore_slots),
-                t.unit_bases(batch.restore_units),
-                forward=False,
-            )
-            n += k
-        if len(batch.scrub_units):
-            bases = t.unit_bases(batch.scrub_units.reshape(-1, 1)).reshape(-1)
-            k = len(bases)
-            out[n : n + k, 0] = 0
-            out[n : n + k, 1] = bases
-            out[n : n + k, 2] = np.tile(
-                np.asarray(self.layout.region_bytes), len(batch.scrub_units)
-            )
-            n += k
+            r = len(self._scrub_len)
+            rows3 = out[n : n + k * r].reshape(k, r, 3)
+            rows3[:, :, 0] = 0
+            np.multiply(batch.scrub_units[:, None], self._scrub_stride, out=rows3[:, :, 1])
+            rows3[:, :, 1] += self._scrub_base
+            rows3[:, :, 2] = self._scrub_len
+            n += k * r
         return n
 
     def _run(self, batch: CheckedBatch) -> None:
