@@ -2,26 +2,27 @@
 
 The host builds one descriptor for the whole batch (the rows
 :func:`~pagedstate.gpu.plan.write_descriptor` gives, computed from per-span affine tables
-made once per executor), written straight into a pinned staging buffer: stores first (``forward=True``), then restores (the same plan, ``forward=False``),
-then scrub rows; each row is ``(src_addr, dst_addr, length)`` in bytes, and a scrub row has
-``src_addr == 0`` (zero fill). The row count and the rows go to a device buffer in one
-non-blocking copy on a side stream; the compute stream waits for it on the device, so
-building and uploading never synchronize the compute stream and the upload overlaps the
-previous batch's kernel. Two staging and two device buffers are used in turn: the side
-stream waits (on the device) for the kernel that last read its device buffer, and the host
-waits only for its own upload from two batches ago. Under CUDA graph capture the launch
-gets buffers of its own and stays on the capturing stream; the grid is then sized for the
-buffer's capacity and rows past the count are skipped.
+made once per executor), written straight into a pinned staging buffer: stores first, then
+restores (the same plan read backwards: source and destination swapped), then scrub rows;
+each row is ``(src_addr, dst_addr, length)`` in bytes, and a scrub row has ``src_addr == 0``
+(zero fill). The row count and the rows go to a device buffer in one non-blocking copy on a
+side stream; the compute stream waits for it on the device, so building and uploading never
+synchronize the compute stream and the upload overlaps the previous batch's kernel. Two
+staging and two device buffers are used in turn: the side stream waits (on the device) for
+the kernel that last read its device buffer, and the host waits only for its own upload from
+two batches ago. Under CUDA graph capture the launch gets buffers of its own and stays on
+the capturing stream; the grid is then sized for the buffer's capacity and rows past the
+count are skipped.
 
 The kernel gives each program ``rows_per_program`` rows, copied side by side as a 2-D tile
 (``rows x block`` elements per step), so the descriptor loads of several rows are paid
-together and many bytes are in flight per program. Addresses become offsets from the
-lowest-addressed tensor of the :class:`StateTensors` (the kernel's base pointer, so every
-offset is >= 0 and pointer arithmetic stays typed). A row is one span of the plan, at most
-one KV region long (SPEC E.3), or one region of a scrubbed unit. When every address and
-length the layout can produce is a multiple of 16 bytes (true for every shipped geometry:
-rows and pages are multiples of 16 bytes and allocations are 256-byte aligned; checked once
-per executor) the elements are ``int64``, hinted aligned, so loads and stores are 16-byte
+together and many bytes are in flight per program. Addresses become offsets from the lowest-
+addressed tensor of the :class:`StateTensors` (the kernel's base pointer, so every offset is
+>= 0 and pointer arithmetic stays typed). A row is one span of the plan, at most one KV
+region long (SPEC E.3), or one region of a scrubbed unit. When every address and length the
+layout can produce is a multiple of 16 bytes (true for every shipped geometry: rows and
+pages are multiples of 16 bytes and allocations are 256-byte aligned; checked once per
+executor) the elements are ``int64``, hinted aligned, so loads and stores are 16-byte
 vectors; otherwise bytes.
 
 Set ``TRITON_INTERPRET=1`` to run the kernel on a CPU (the tests do, when Triton is
