@@ -11,7 +11,9 @@ number of speculative tokens into the byte layout the copy engine executes:
 
 * **Slot** (one request's live recurrent state). Per recurrent layer ``i``, in layer order,
   a conv-state tensor ``[num_slots, kernel-1+spec, conv_dim]`` (vLLM's "SD" storage order:
-  the rows are time steps) and an SSM/recurrent-state tensor ``[num_slots, *ssm_shape]``.
+  the rows are time steps; ``kernel-1`` rows for a model whose conv state has no
+  speculative rows, Mamba1's ``conv_grows_with_spec: false``) and an SSM/recurrent-state
+  tensor ``[num_slots, *ssm_shape]``.
   A model without a conv state (MiniMax's lightning attention) has the SSM tensor only.
 * **Image** (what a checkpoint carries): per layer, the first ``kernel-1`` conv rows (the
   convolution's history) and the whole SSM state, as one byte range each. The
@@ -85,6 +87,9 @@ class ModelGeometry:
         ssm_dtype: dtype name of the SSM state.
         kv_bytes_per_token: attention KV bytes per token per attention layer (bf16).
         source: where the numbers come from (configs and vLLM code, from the JSON).
+        conv_grows_with_spec: whether the conv state has a row per speculative token
+            (the JSON's ``conv_grows_with_spec``, default True; False for Mamba1, whose
+            vLLM conv state has no speculative rows).
     """
 
     model_id: str
@@ -97,6 +102,7 @@ class ModelGeometry:
     ssm_dtype: str
     kv_bytes_per_token: int
     source: str = ""
+    conv_grows_with_spec: bool = True
 
     @classmethod
     def from_json(cls, entry: dict[str, Any]) -> ModelGeometry:
@@ -120,6 +126,7 @@ class ModelGeometry:
                 ssm_dtype=str(entry["ssm_state_dtype"]),
                 kv_bytes_per_token=int(entry["kv_bytes_per_token_per_attn_layer_bf16"]),
                 source=str(entry.get("source", "")),
+                conv_grows_with_spec=bool(entry.get("conv_grows_with_spec", True)),
             )
         except KeyError as exc:
             raise UnsupportedGeometryError(f"geometry entry lacks {exc}") from None
@@ -138,13 +145,21 @@ class ModelGeometry:
         """Bytes of one conv time step (one row of the "SD" storage): ``conv_dim * dtype``."""
         return self.conv_shape[0] * DTYPE_BYTES[self.conv_dtype] if self.conv_shape else 0
 
+    def conv_rows(self, spec_tokens: int = 0) -> int:
+        """Rows of one layer's conv state: ``kernel-1``, plus ``spec_tokens`` when the conv
+        state grows with speculative tokens; 0 without a conv state."""
+        if not self.conv_shape:
+            return 0
+        return self.conv_shape[1] + (spec_tokens if self.conv_grows_with_spec else 0)
+
     def ssm_bytes(self) -> int:
         """Bytes of one layer's SSM state."""
         return math.prod(self.ssm_shape) * DTYPE_BYTES[self.ssm_dtype]
 
     def state_bytes_per_layer(self, spec_tokens: int = 0) -> int:
-        """Bytes of one layer's slot entry: conv rows ``kernel-1+spec_tokens`` plus SSM."""
-        rows = self.conv_shape[1] + spec_tokens if self.conv_shape else 0
+        """Bytes of one layer's slot entry: conv rows ``kernel-1+spec_tokens`` (``kernel-1``
+        when the conv state does not grow with speculative tokens) plus SSM."""
+        rows = self.conv_rows(spec_tokens)
         return rows * self.conv_bytes_per_row() + self.ssm_bytes()
 
     def sliced(
@@ -280,7 +295,7 @@ class CheckpointLayout:
         tensors: list[SlotTensorInfo] = []
         for i in range(g.num_recurrent_layers):
             if g.conv_shape:
-                rows = g.conv_shape[1] + spec_tokens
+                rows = g.conv_rows(spec_tokens)
                 row = g.conv_bytes_per_row()
                 tensors.append(
                     SlotTensorInfo(
