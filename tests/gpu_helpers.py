@@ -26,9 +26,12 @@ from pagedstate.gpu.geometry import (  # noqa: E402 - after TRITON_INTERPRET
     load_geometry,
 )
 
-#: Triton executor settings for the interpreter: small chunks and vector steps keep the
-#: programs' Python loops short (the defaults are exercised once in test_gpu_executor).
-TRITON_SMALL = {"chunk_bytes": 256, "block": 16, "max_scrub_units": 64}
+#: Triton executor settings for the interpreter, by image size: chunks small enough that
+#: the longest spans are cut into several chunks (the kernel's chunk loop is exercised),
+#: large enough to keep the number of programs (Python loops) small. The executor's own
+#: defaults run in test_gpu_executor's F62 test.
+TRITON_CHUNKS_LARGE = {"chunk_bytes": 4096, "block": 256}
+TRITON_CHUNKS_SMALL = {"chunk_bytes": 64, "block": 4}
 
 
 def tiny_layout(
@@ -97,14 +100,16 @@ def executor_names() -> list[str]:
 
 
 def make_executor(name: str, tensors: Any, max_ops: int | None = 8, **kwargs: Any) -> Any:
-    """A ``torch`` or ``triton`` executor over ``tensors`` (Triton with small chunks)."""
+    """A ``torch`` or ``triton`` executor over ``tensors`` (Triton with the chunk sizes
+    above unless ``kwargs`` say otherwise)."""
     if name == "torch":
         from pagedstate.gpu import TorchCopyExecutor
 
         return TorchCopyExecutor(tensors, max_ops, **kwargs)
     from pagedstate.gpu.triton_copy import TritonCopyExecutor
 
-    return TritonCopyExecutor(tensors, max_ops or 8, **{**TRITON_SMALL, **kwargs})
+    chunks = TRITON_CHUNKS_LARGE if tensors.layout.image_bytes >= 16384 else TRITON_CHUNKS_SMALL
+    return TritonCopyExecutor(tensors, max_ops or 8, **{**chunks, **kwargs})
 
 
 def fill_random(tensors: Any, seed: int) -> None:

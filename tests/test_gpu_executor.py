@@ -1,0 +1,424 @@
+"""The copy executors on real (CPU) tensors: op validation and the hazard check (F61, every
+refusal writes nothing), the live-bytes round trip (F62), scrubs (SPEC G10),
+``free_dirty_units`` against the production pool, and the two executors agreeing.
+
+Every test runs against :class:`~pagedstate.gpu.TorchCopyExecutor` and, when Triton is
+installed, :class:`~pagedstate.gpu.triton_copy.TritonCopyExecutor` under the Triton
+interpreter (``gpu_helpers`` sets ``TRITON_INTERPRET=1`` before Triton is imported).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpu_helpers import (  # noqa: E402 - after the torch check
+    executor_names,
+    fill_random,
+    make_executor,
+    mini_layout,
+    same_bytes,
+    small_layout,
+    snapshot,
+    tiny_layout,
+    triton_interpreted,
+)
+
+from pagedstate.gpu import StateTensors  # noqa: E402
+from pagedstate.gpu.executor import free_dirty_units, validate_batch  # noqa: E402
+from pagedstate.gpu.geometry import CheckpointLayout  # noqa: E402
+from pagedstate.impl import PageUnitCheckpointStore, UnitPool  # noqa: E402
+from pagedstate.spec.errors import (  # noqa: E402
+    BatchHazardError,
+    BatchTooLargeError,
+    CopyOpError,
+    InvalidArgumentError,
+)
+from pagedstate.spec.types import CheckpointRestoreOp, CheckpointStoreOp  # noqa: E402
+
+EXECUTORS = executor_names()
+SLOTS, BLOCKS = 4, 16
+
+
+@pytest.fixture(params=EXECUTORS)
+def ex_name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def store(layout: CheckpointLayout, slot: int, units: tuple[int, ...]) -> CheckpointStoreOp:
+    return CheckpointStoreOp(slot, units, layout.image_bytes, layout.layout_id)
+
+
+def restore(layout: CheckpointLayout, slot: int, units: tuple[int, ...]) -> CheckpointRestoreOp:
+    return CheckpointRestoreOp(slot, units, layout.image_bytes, layout.layout_id)
+
+
+def setup(name: str, layout: CheckpointLayout | None = None, max_ops: int = 4, **kw: Any):
+    layout = layout or small_layout()
+    t = StateTensors(layout, SLOTS, BLOCKS)
+    fill_random(t, 7)
+    return layout, t, make_executor(name, t, max_ops, **kw)
+
+
+def test_the_triton_executor_is_not_silently_left_out() -> None:
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("triton is not installed")
+    assert triton_interpreted(), "triton imports but its kernel is not the interpreter's"
+    assert EXECUTORS == ["torch", "triton"]
+
+
+# -- F61: op validation, the whole batch refused, nothing written ---------------------------
+
+
+def _bad_batches(layout: CheckpointLayout) -> list[tuple[str, list[Any], list[Any], list[Any]]]:
+    u = layout.units_per_checkpoint
+    ok_units = tuple(range(u))
+    good = store(layout, 0, ok_units)
+    rest = tuple(range(u, 2 * u))
+    img, lid = layout.image_bytes, layout.layout_id
+    return [
+        ("layout_id", [good, CheckpointStoreOp(1, rest, img, lid + "-v2")], [], []),
+        ("restore layout_id", [good], [CheckpointRestoreOp(1, rest, img, "dsv4-v2")], []),
+        ("total_bytes", [good], [CheckpointRestoreOp(1, rest, img - 1, lid)], []),
+        ("total_bytes slot", [good, CheckpointStoreOp(1, rest, layout.slot_bytes, lid)], [], []),
+        ("too few units", [good, store(layout, 1, rest[:-1])], [], []),
+        ("too many units", [good], [restore(layout, 1, (*rest, 2 * u))], []),
+        ("unit >= num_blocks", [good, store(layout, 1, (*rest[:-1], BLOCKS))], [], []),
+        ("negative unit", [good], [restore(layout, 1, (-1, *rest[1:]))], []),
+        ("bool unit", [good], [restore(layout, 1, (True, *rest[1:]))], []),
+        ("units as a list", [good], [CheckpointRestoreOp(1, list(rest), img, lid)], []),  # type: ignore[arg-type]
+        ("duplicate unit", [good, store(layout, 1, (rest[0], *rest[:-1]))], [], []),
+        ("store slot >= num_slots", [good, store(layout, SLOTS, rest)], [], []),
+        ("negative store slot", [good, store(layout, -1, rest)], [], []),
+        ("restore slot >= num_slots", [good], [restore(layout, SLOTS, rest)], []),
+        ("negative restore slot", [good], [restore(layout, -1, rest)], []),
+        ("a restore as a store", [good, restore(layout, 1, rest)], [], []),
+        ("a store as a restore", [good], [store(layout, 1, rest)], []),
+        ("scrub unit out of range", [good], [], [BLOCKS]),
+        ("negative scrub unit", [good], [], [-1]),
+    ]
+
+
+@pytest.mark.parametrize("case", range(19))
+def test_f61_a_bad_op_refuses_the_whole_batch_and_writes_nothing(ex_name: str, case: int) -> None:
+    layout, t, ex = setup(ex_name)
+    cases = _bad_batches(layout)
+    assert len(cases) == 19
+    what, stores, restores, scrub = cases[case]
+    before = snapshot(t)
+    with pytest.raises(CopyOpError) as info:
+        ex.execute(stores, restores, scrub)
+    assert isinstance(info.value, RuntimeError), what
+    assert not isinstance(info.value, BatchHazardError), what
+    assert same_bytes(before, snapshot(t)), f"{what}: a refused batch wrote bytes"
+    assert ex.batches == 0
+
+
+def test_f61_more_ops_than_the_batch_bound(ex_name: str) -> None:
+    layout, t, ex = setup(ex_name, max_ops=2)
+    u = layout.units_per_checkpoint
+    ops = [store(layout, 0, tuple(range(u))), store(layout, 1, tuple(range(u, 2 * u)))]
+    before = snapshot(t)
+    with pytest.raises(BatchTooLargeError) as info:
+        ex.execute(ops, [restore(layout, 2, tuple(range(2 * u, 3 * u)))])
+    assert isinstance(info.value, RuntimeError)
+    assert same_bytes(before, snapshot(t))
+    ex.execute(ops)  # two copies fit
+    assert ex.batches == 1
+
+
+def test_scrub_units_that_are_not_ints_are_refused(ex_name: str) -> None:
+    layout, t, ex = setup(ex_name)
+    before = snapshot(t)
+    for bad in ([1, "2"], [1.0], [None]):
+        with pytest.raises((InvalidArgumentError, CopyOpError)):
+            ex.execute([], [], bad)
+    assert same_bytes(before, snapshot(t))
+
+
+# -- the hazard check ---------------------------------------------------------------------
+
+
+def _hazards(layout: CheckpointLayout) -> list[tuple[str, list[Any], list[Any], list[int]]]:
+    u = layout.units_per_checkpoint
+    a = tuple(range(u))
+    b = tuple(range(u, 2 * u))
+    c = tuple(range(2 * u, 3 * u))
+    shared = (b[0], *c[1:])  # one unit of b
+    return [
+        (
+            "two stores write one unit",
+            [store(layout, 0, a), store(layout, 1, (*b[:-1], a[-1]))],
+            [],
+            [],
+        ),
+        (
+            "store writes a unit a restore reads",
+            [store(layout, 0, b)],
+            [restore(layout, 2, shared)],
+            [],
+        ),
+        ("scrub zeroes a unit a store writes", [store(layout, 0, a)], [], [a[1]]),
+        ("scrub zeroes a unit a restore reads", [], [restore(layout, 1, b)], [b[-1]]),
+        ("two restores write one slot", [], [restore(layout, 1, b), restore(layout, 1, c)], []),
+        ("restore writes a slot a store reads", [store(layout, 2, a)], [restore(layout, 2, b)], []),
+    ]
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_every_hazard_refuses_the_whole_batch_and_writes_nothing(ex_name: str, case: int) -> None:
+    layout, t, ex = setup(ex_name)
+    what, stores, restores, scrub = _hazards(layout)[case]
+    before = snapshot(t)
+    with pytest.raises(BatchHazardError) as info:
+        ex.execute(stores, restores, scrub)
+    assert isinstance(info.value, CopyOpError) and isinstance(info.value, RuntimeError), what
+    assert same_bytes(before, snapshot(t)), f"{what}: a refused batch wrote bytes"
+
+
+def test_reads_only_sharing_is_allowed(ex_name: str) -> None:
+    """Two stores of one slot, and two restores of one image, only read the shared bytes."""
+    layout, t, ex = setup(ex_name)
+    u = layout.units_per_checkpoint
+    a, b = tuple(range(u)), tuple(range(u, 2 * u))
+    img0 = t.read_image(0)
+    ex.execute([store(layout, 0, a), store(layout, 0, b)])
+    assert torch.equal(t.read_units(a)[: layout.image_bytes], img0)
+    assert torch.equal(t.read_units(b)[: layout.image_bytes], img0)
+    ex.execute([], [restore(layout, 1, b), restore(layout, 2, b)], list(a))
+    assert torch.equal(t.read_image(1), img0) and torch.equal(t.read_image(2), img0)
+    assert (t.read_units(a) == 0).all()
+
+
+# -- F62: the round trip carries live bytes only -------------------------------------------
+
+
+def _non_image(t: StateTensors, slot: int) -> list[Any]:
+    return [
+        t.slot_row(i, slot)[info.carried_bytes :].clone()
+        for i, info in enumerate(t.layout.slot_tensors)
+    ]
+
+
+@pytest.mark.parametrize("defaults", [False, True], ids=["small-chunks", "default-chunks"])
+def test_f62_round_trip_of_live_bytes_only(ex_name: str, defaults: bool) -> None:
+    if defaults and ex_name == "torch":
+        pytest.skip("chunk settings are the Triton executor's")
+    kw = {"chunk_bytes": 32768, "block": 1024} if defaults else {}
+    layout, t, ex = setup(ex_name, **kw)
+    assert layout.spec_tokens >= 1 and layout.slot_bytes > layout.image_bytes
+    u = layout.units_per_checkpoint
+    units = (11, 2, 7, 0, 14)[:u]  # non-contiguous, out of order
+    assert len(units) == u
+    img0 = t.read_image(0)
+    before = snapshot(t)
+    others = [x for x in range(BLOCKS) if x not in units]
+    other_units = t.read_units(others).clone()
+    slot1_rest = _non_image(t, 1)
+    tail = t.read_units(units)[layout.image_bytes :].clone()
+    assert len(tail) == u * layout.page_unit_bytes - layout.image_bytes > 0
+    ex.execute([store(layout, 0, units)])
+    stream = t.read_units(units)
+    assert torch.equal(stream[: layout.image_bytes], img0)
+    assert torch.equal(stream[layout.image_bytes :], tail), "the last unit's tail was written"
+    assert torch.equal(t.read_units(others), other_units)
+    for s in range(SLOTS):
+        assert torch.equal(t.read_slot(s), before_slot(before, t, s)), f"slot {s} changed"
+    ex.execute([], [restore(layout, 1, units)])
+    assert torch.equal(t.read_image(1), img0), "the carried ranges differ"
+    for got, want in zip(_non_image(t, 1), slot1_rest, strict=True):
+        assert torch.equal(got, want), "a restore wrote slot 1's non-image bytes"
+    assert torch.equal(t.read_units(units)[layout.image_bytes :], tail)
+    for s in (0, 2, 3):
+        assert torch.equal(t.read_slot(s), before_slot(before, t, s))
+
+
+def before_slot(before: list[Any], t: StateTensors, slot: int) -> Any:
+    """Slot ``slot``'s bytes in a :func:`snapshot` taken earlier (slot tensors come first)."""
+    parts = []
+    for i, info in enumerate(t.layout.slot_tensors):
+        parts.append(before[i].view(t.num_slots, info.row_bytes)[slot])
+    return torch.cat(parts)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "elems", "region"),
+    [("uint8", 13, 6), ("float16", 13, 10)],
+    ids=["13B-into-6B-units", "26B-into-10B-units"],
+)
+def test_f59_round_trip_leaves_the_tail_at_its_sentinel(
+    ex_name: str, dtype: str, elems: int, region: int
+) -> None:
+    """F59 on both executors (13 bytes: Triton's byte path, not its 16-byte words)."""
+    layout = tiny_layout([(dtype, (elems,), None)], (region,))
+    image = layout.image_bytes
+    t = StateTensors(layout, 2, 5)
+    for x in t.all_tensors():
+        x.view(torch.uint8).fill_(0xEE)
+    data = torch.arange(1, image + 1, dtype=torch.uint8)
+    t.write_image(0, data)
+    ex = (
+        make_executor(ex_name, t, chunk_bytes=16, block=1)
+        if ex_name == "triton"
+        else (make_executor(ex_name, t))
+    )
+    units = (4, 1, 2)
+    ex.execute([store(layout, 0, units)])
+    stream = t.read_units(units)
+    assert torch.equal(stream[:image], data)
+    assert (stream[image:] == 0xEE).all() and len(stream) == 3 * region
+    assert (t.read_units([0, 3]) == 0xEE).all()
+    ex.execute([], [restore(layout, 1, units)])
+    assert torch.equal(t.read_image(1), data)
+
+
+# -- scrubs (SPEC G10) --------------------------------------------------------------------
+
+
+def test_scrub_zero_fills_exactly_the_named_units(ex_name: str) -> None:
+    layout, t, ex = setup(ex_name)
+    before = snapshot(t)
+    scrub = [9, 3, 15, 3]
+    ex.execute([], [], scrub)
+    for unit in range(BLOCKS):
+        got = t.read_units([unit])
+        if unit in scrub:
+            assert (got == 0).all(), unit
+        else:
+            k = len(t.layout.slot_tensors)
+            want = torch.cat(
+                [before[k + r].view(BLOCKS, -1)[unit] for r in range(len(layout.region_bytes))]
+            )
+            assert torch.equal(got, want), f"unit {unit} changed"
+    for s in range(SLOTS):
+        assert torch.equal(t.read_slot(s), before_slot(before, t, s))
+
+
+def test_scrub_with_copies_in_one_batch(ex_name: str) -> None:
+    layout, t, ex = setup(ex_name)
+    u = layout.units_per_checkpoint
+    a, b = tuple(range(u)), tuple(range(u, 2 * u))
+    ex.execute([store(layout, 0, a)])
+    img0 = t.read_image(0)
+    ex.execute([store(layout, 3, b)], [restore(layout, 1, a)], [15, 14])
+    assert torch.equal(t.read_image(1), img0)
+    assert torch.equal(t.read_units(b)[: layout.image_bytes], t.read_image(3))
+    assert (t.read_units([14, 15]) == 0).all()
+
+
+def test_triton_max_scrub_units_refuses_with_nothing_written() -> None:
+    if "triton" not in EXECUTORS:
+        pytest.skip("triton is not installed")
+    layout, t, ex = setup("triton", max_scrub_units=2)
+    before = snapshot(t)
+    with pytest.raises(InvalidArgumentError):
+        ex.execute([], [], [1, 2, 3])
+    assert same_bytes(before, snapshot(t))
+
+
+def test_free_dirty_units_against_the_production_pool() -> None:
+    layout = mini_layout()
+    pool = UnitPool(10)
+    st = PageUnitCheckpointStore(pool, layout.spec())
+    u = layout.units_per_checkpoint
+    assert st.begin_store(1, 0) is not None and st.begin_store(2, 1) is not None
+    st.complete_inflight()
+    units1, units2 = st.records[st.lookup(1)].unit_ids, st.records[st.lookup(2)].unit_ids
+    assert free_dirty_units(pool) == []  # reserved checkpoint units are not dirty
+    st.unindex(1)  # released: dirty and free
+    assert free_dirty_units(pool) == sorted(units1)
+    kv = pool.reserve_units(2, ("live-kv", 1))  # a tenant takes two of them back
+    assert kv is not None and set(kv) <= set(units1)
+    assert free_dirty_units(pool) == sorted(set(units1) - set(kv))
+    assert all(pool.is_dirty(x) for x in kv)  # reserved again: still dirty, not offered
+    st.unindex(2)
+    want = sorted((set(units1) - set(kv)) | set(units2))
+    assert free_dirty_units(pool) == want
+    t = StateTensors(layout, 2, 10)
+    fill_random(t, 3)
+    make_executor("torch", t).execute([], [], free_dirty_units(pool))
+    assert (t.read_units(want) == 0).all()
+    pool.mark_clean(want)
+    assert free_dirty_units(pool) == [] and pool.dirty_units() == frozenset(kv)
+    assert u == len(units1)
+
+
+# -- the executors agree ------------------------------------------------------------------
+
+
+def _random_batch(
+    layout: CheckpointLayout, rng: random.Random
+) -> tuple[list[CheckpointStoreOp], list[CheckpointRestoreOp], list[int]]:
+    """A valid, hazard-free random batch over SLOTS slots and BLOCKS units."""
+    u = layout.units_per_checkpoint
+    units = list(range(BLOCKS))
+    rng.shuffle(units)
+    slots = list(range(SLOTS))
+    rng.shuffle(slots)
+    n_store, n_restore = rng.randint(0, 2), rng.randint(0, 2)
+    stores = [store(layout, slots[0], tuple(units[i * u : (i + 1) * u])) for i in range(n_store)]
+    pos = n_store * u
+    restores = []
+    for i in range(n_restore):
+        restores.append(restore(layout, slots[1 + i], tuple(units[pos : pos + u])))
+        pos += u
+    scrub = units[pos : pos + rng.randint(0, 3)]
+    return stores, restores, scrub
+
+
+def test_both_executors_give_identical_tensors_and_the_expected_bytes() -> None:
+    if "triton" not in EXECUTORS:
+        pytest.skip("triton is not installed")
+    layout = mini_layout()
+    rng = random.Random(4)
+    tensors = [StateTensors(layout, SLOTS, BLOCKS) for _ in range(3)]
+    for x in tensors:
+        fill_random(x, 11)
+    torch_ex = make_executor("torch", tensors[0])
+    triton_ex = make_executor("triton", tensors[1])
+    model = tensors[2]  # by hand, from read_image/read_units
+    for _ in range(6):
+        stores, restores, scrub = _random_batch(layout, rng)
+        torch_ex.execute(stores, restores, scrub)
+        triton_ex.execute(stores, restores, scrub)
+        images = {op.src_slot: model.read_image(op.src_slot) for op in stores}
+        loaded = {
+            op.dst_slot: model.read_units(op.unit_ids)[: layout.image_bytes] for op in restores
+        }
+        for op in stores:
+            stream = model.read_units(op.unit_ids)
+            stream[: layout.image_bytes] = images[op.src_slot]
+            _write_units(model, op.unit_ids, stream)
+        for slot, data in loaded.items():
+            model.write_image(slot, data)
+        for unit in scrub:
+            model.fill_unit(unit, torch.zeros(layout.page_unit_bytes, dtype=torch.uint8))
+        a, b, c = snapshot(tensors[0]), snapshot(tensors[1]), snapshot(model)
+        assert same_bytes(a, b), "torch and triton executors differ"
+        assert same_bytes(a, c), "the executors differ from the byte model"
+
+
+def _write_units(t: StateTensors, units: tuple[int, ...], stream: Any) -> None:
+    n = t.layout.page_unit_bytes
+    for i, unit in enumerate(units):
+        t.fill_unit(unit, stream[i * n : (i + 1) * n])
+
+
+def test_validate_batch_returns_arrays_in_op_order() -> None:
+    layout = mini_layout()
+    b = validate_batch(
+        layout,
+        [store(layout, 2, (5, 1, 3))],
+        [restore(layout, 0, (7, 6, 4))],
+        [9, 8, 9],
+        num_slots=3,
+        num_blocks=10,
+    )
+    assert b.store_slots.tolist() == [2] and b.store_units.tolist() == [[5, 1, 3]]
+    assert b.restore_slots.tolist() == [0] and b.restore_units.tolist() == [[7, 6, 4]]
+    assert b.scrub_units.tolist() == [8, 9] and b.copies == 2
