@@ -288,9 +288,16 @@ def free_dirty_units(pool: UnitPoolProtocol) -> list[int]:
     """The units to scrub in the next launch (SPEC G10): dirty units that are free now, so
     they hold nobody's bytes and nobody reads them in this batch. A dirty unit that was
     reserved again before its scrub keeps its flag; its new owner writes it before reading
-    (a store) or asks ``pool.is_dirty(unit)`` before its first read (KV). Call
-    ``pool.mark_clean(units)`` once the launch is queued. O(dirty units)."""
-    return sorted(u for u in pool.dirty_units() if pool.owner_of(u) is None)
+    (a store) or asks ``pool.is_dirty(unit)`` before its first read (KV). A free unit
+    parked as a cached KV block (``pool.cached_hash(unit)`` is not None, when the pool has
+    ``cached_hash``) is left out: it holds a KV tenant's bytes that a prefix hit may claim
+    back. Call ``pool.mark_clean(units)`` once the launch is queued. O(dirty units)."""
+    cached_hash = getattr(pool, "cached_hash", None)
+    return sorted(
+        u
+        for u in pool.dirty_units()
+        if pool.owner_of(u) is None and (cached_hash is None or cached_hash(u) is None)
+    )
 
 
 class CopyExecutorBase:

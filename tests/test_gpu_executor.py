@@ -348,6 +348,34 @@ def test_free_dirty_units_against_the_production_pool() -> None:
     assert u == len(units1)
 
 
+def test_free_dirty_units_leaves_cached_kv_blocks_alone() -> None:
+    """A dirty unit (released from a checkpoint) that a KV tenant reserved, wrote and then
+    parked as a cached prefix block is free but holds the tenant's KV: scrubbing it would
+    zero a block the engine's prefix cache may hit (claim_cached_units) later."""
+    layout = mini_layout()
+    pool = UnitPool(6)
+    st = PageUnitCheckpointStore(pool, layout.spec())
+    assert st.begin_store(1, 0) is not None
+    st.complete_inflight()
+    units = st.records[st.lookup(1)].unit_ids
+    st.unindex(1)
+    assert free_dirty_units(pool) == sorted(units)
+    kv = pool.reserve_units(len(units), ("live-kv", 1))
+    assert kv is not None and sorted(kv) == sorted(units)
+    t = StateTensors(layout, 1, 6)
+    fill_random(t, 5)
+    kv_bytes = t.read_units(kv).clone()  # the tenant's KV
+    pool.cache_units(kv, ("live-kv", 1), [101, 102, None])  # two blocks stay cached
+    assert pool.cached_hash(kv[0]) == 101 and pool.owner_of(kv[0]) is None
+    scrub = free_dirty_units(pool)
+    assert scrub == [kv[2]], "a cached KV block was offered for scrubbing"
+    make_executor("torch", t).execute([], [], scrub)
+    pool.mark_clean(scrub)
+    pool.claim_cached_units([kv[0], kv[1]], ("live-kv", 2))  # a prefix hit
+    n = layout.page_unit_bytes
+    assert torch.equal(t.read_units([kv[0], kv[1]]), kv_bytes[: 2 * n])
+
+
 # -- the executors agree ------------------------------------------------------------------
 
 
