@@ -26,6 +26,15 @@ from pagedstate.gpu.geometry import (  # noqa: E402 - after TRITON_INTERPRET
     load_geometry,
 )
 
+try:
+    import torch as _torch
+
+    # One intra-op thread: these tensors are a few KiB, and on a loaded 2-core machine a
+    # second OpenMP thread turns a 34 KB torch.equal from microseconds into tens of ms.
+    _torch.set_num_threads(1)
+except ImportError:  # pragma: no cover - the NumPy-only tests still run
+    pass
+
 #: Triton executor settings for the interpreter, by image size: chunks small enough that
 #: the longest spans are cut into several chunks (the kernel's chunk loop is exercised),
 #: large enough to keep the number of programs (Python loops) small. The executor's own
