@@ -35,12 +35,12 @@ try:
 except ImportError:  # pragma: no cover - the NumPy-only tests still run
     pass
 
-#: Triton executor settings for the interpreter, by image size: chunks small enough that
-#: the longest spans are cut into several chunks (the kernel's chunk loop is exercised),
-#: large enough to keep the number of programs (Python loops) small. The executor's own
-#: defaults run in test_gpu_executor's F62 test.
-TRITON_CHUNKS_LARGE = {"chunk_bytes": 4096, "block": 256}
-TRITON_CHUNKS_SMALL = {"chunk_bytes": 64, "block": 4}
+#: Triton executor settings for the interpreter, by image size: a block small enough that
+#: the longest rows take several steps of the kernel's loop (exercised), large enough to
+#: keep the interpreter's Python loops short. The executor's defaults run in
+#: test_gpu_executor's F62 test.
+TRITON_LARGE = {"block": 256, "rows_per_program": 4}
+TRITON_SMALL = {"block": 8, "rows_per_program": 2}
 
 
 def tiny_layout(
@@ -96,7 +96,7 @@ def triton_interpreted() -> bool:
         return False
     if not triton_copy.triton_available():
         return False
-    return type(triton_copy._copy_chunks_kernel).__name__ == "InterpretedFunction"
+    return type(triton_copy._copy_rows_kernel).__name__ == "InterpretedFunction"
 
 
 def executor_names() -> list[str]:
@@ -117,8 +117,8 @@ def make_executor(name: str, tensors: Any, max_ops: int | None = 8, **kwargs: An
         return TorchCopyExecutor(tensors, max_ops, **kwargs)
     from pagedstate.gpu.triton_copy import TritonCopyExecutor
 
-    chunks = TRITON_CHUNKS_LARGE if tensors.layout.image_bytes >= 16384 else TRITON_CHUNKS_SMALL
-    return TritonCopyExecutor(tensors, max_ops or 8, **{**chunks, **kwargs})
+    sizes = TRITON_LARGE if tensors.layout.image_bytes >= 16384 else TRITON_SMALL
+    return TritonCopyExecutor(tensors, max_ops or 8, **{**sizes, **kwargs})
 
 
 def fill_random(tensors: Any, seed: int) -> None:

@@ -208,8 +208,8 @@ def _non_image(t: StateTensors, slot: int) -> list[Any]:
 @pytest.mark.parametrize("defaults", [False, True], ids=["small-chunks", "default-chunks"])
 def test_f62_round_trip_of_live_bytes_only(ex_name: str, defaults: bool) -> None:
     if defaults and ex_name == "torch":
-        pytest.skip("chunk settings are the Triton executor's")
-    kw = {"chunk_bytes": 32768, "block": 1024} if defaults else {}
+        pytest.skip("block settings are the Triton executor's")
+    kw = {"block": 1024, "rows_per_program": 4} if defaults else {}
     layout, t, ex = setup(ex_name, **kw)
     assert layout.spec_tokens >= 1 and layout.slot_bytes > layout.image_bytes
     u = layout.units_per_checkpoint
@@ -263,7 +263,7 @@ def test_f59_round_trip_leaves_the_tail_at_its_sentinel(
     data = torch.arange(1, image + 1, dtype=torch.uint8)
     t.write_image(0, data)
     ex = (
-        make_executor(ex_name, t, chunk_bytes=16, block=1)
+        make_executor(ex_name, t, block=2, rows_per_program=2)
         if ex_name == "triton"
         else (make_executor(ex_name, t))
     )
@@ -311,14 +311,15 @@ def test_scrub_with_copies_in_one_batch(ex_name: str) -> None:
     assert (t.read_units([14, 15]) == 0).all()
 
 
-def test_triton_max_scrub_units_refuses_with_nothing_written() -> None:
-    if "triton" not in EXECUTORS:
-        pytest.skip("triton is not installed")
-    layout, t, ex = setup("triton", max_scrub_units=2)
+def test_max_scrub_units_refuses_with_nothing_written(ex_name: str) -> None:
+    layout, t, ex = setup(ex_name, max_scrub_units=2)
+    u = layout.units_per_checkpoint
     before = snapshot(t)
-    with pytest.raises(InvalidArgumentError):
-        ex.execute([], [], [1, 2, 3])
+    with pytest.raises(BatchTooLargeError):
+        ex.execute([store(layout, 0, tuple(range(u)))], [], [10, 11, 12])
     assert same_bytes(before, snapshot(t))
+    ex.execute([], [], [10, 11])
+    assert (t.read_units([10, 11]) == 0).all()
 
 
 def test_free_dirty_units_against_the_production_pool() -> None:

@@ -28,6 +28,7 @@ coordinator that hands out restores without pinning their source).
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 import attrs
 import numpy as np
@@ -48,7 +49,8 @@ from hypothesis.stateful import (  # noqa: E402
     run_state_machine_as_test,
 )
 
-from pagedstate.gpu import StateTensors  # noqa: E402
+from pagedstate.gpu import CopyPlan, StateTensors  # noqa: E402
+from pagedstate.gpu import executor as executor_module  # noqa: E402
 from pagedstate.gpu.executor import free_dirty_units  # noqa: E402
 from pagedstate.impl import PagedStateCheckpointCoordinator, UnitPool  # noqa: E402
 from pagedstate.spec.errors import CopyOpError  # noqa: E402
@@ -89,8 +91,7 @@ class IntegrityMachine(RuleBasedStateMachine):
         self.t = StateTensors(LAYOUT, SLOTS, UNITS)
         for x in self.t.all_tensors():
             x.view(-1).view(torch.uint8).copy_(garbage(x.numel() * x.element_size(), -1))
-        self.ex = make_executor(self.executor_name, self.t, 2 * SLOTS)
-        self.plant(self.ex)
+        self.ex = self.build_executor()
         self.seqs = [Seq(s) for s in range(SLOTS)]
         self.pending: dict[int, tuple[int, Any]] = {}  # slot -> (h, pattern) filed
         self.queued: dict[int, tuple[int, Any]] = {}  # slot -> (h, image) to restore
@@ -104,8 +105,9 @@ class IntegrityMachine(RuleBasedStateMachine):
 
     # -- hooks for planted bugs ----------------------------------------------------------
 
-    def plant(self, ex: Any) -> None:
-        """Change the executor (planted bugs only)."""
+    def build_executor(self) -> Any:
+        """The executor under test (planted bugs change its plan)."""
+        return make_executor(self.executor_name, self.t, 2 * SLOTS)
 
     def wrap_coordinator(self, coord: Any) -> Any:
         """Wrap the coordinator (planted bugs only)."""
@@ -318,7 +320,7 @@ class IntegrityMachine(RuleBasedStateMachine):
 # -- settings ---------------------------------------------------------------------------------
 
 #: The Triton interpreter runs a few hundred launches per second at most: fewer, shorter runs.
-_BOUNDS = {"torch": (60, 50), "triton": (10, 30)}
+_BOUNDS = {"torch": (60, 50), "triton": (20, 30)}
 
 
 def machine_settings(name: str) -> settings:
@@ -368,36 +370,45 @@ PLANTED = settings(
 )
 
 
-def _replan(ex: Any, **changes: Any) -> None:
-    """Replace the executor's plan (and the torch executor's span table built from it)."""
-    ex.plan = attrs.evolve(ex.plan, **changes)
-    if hasattr(ex, "_spans"):
-        r = len(ex.layout.region_bytes)
-        ex._spans = [
-            (int(ss), int(so), int(ds) // r, int(ds) % r, int(do), int(ln))
-            for ss, so, ds, do, ln in ex.plan.rows()
-        ]
+class PlanBug(IntegrityMachine):
+    """An executor built from a wrong plan: :meth:`bad_plan` changes the geometry's plan
+    before the executor derives anything from it (its span table, descriptor tables,
+    alignment), as if ``plan_segmented_copy`` itself had the bug."""
+
+    def bad_plan(self, plan: CopyPlan) -> CopyPlan:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def build_executor(self) -> Any:
+        real = executor_module.plan_segmented_copy
+
+        def planted(*args: Any, **kwargs: Any) -> CopyPlan:
+            return self.bad_plan(real(*args, **kwargs))
+
+        with mock.patch.object(executor_module, "plan_segmented_copy", planted):
+            ex = super().build_executor()
+        assert ex.plan.total == LAYOUT.image_bytes
+        return ex
 
 
-class ShortSpan(IntegrityMachine):
+class ShortSpan(PlanBug):
     """Planted bug: the plan's last span is one byte short."""
 
-    def plant(self, ex: Any) -> None:
-        length = ex.plan.length.copy()
+    def bad_plan(self, plan: CopyPlan) -> CopyPlan:
+        length = plan.length.copy()
         length[-1] -= 1
-        _replan(ex, length=length)
+        return attrs.evolve(plan, length=length)
 
 
-class ShiftedSpan(IntegrityMachine):
+class ShiftedSpan(PlanBug):
     """Planted bug: one span (in the middle of the image) lands one byte late in its unit
     region (its destination offset + 1), in both directions."""
 
-    def plant(self, ex: Any) -> None:
-        off = ex.plan.dst_off.copy()
+    def bad_plan(self, plan: CopyPlan) -> CopyPlan:
+        off = plan.dst_off.copy()
         k = len(off) // 2
-        assert ex.plan.dst_off[k] + ex.plan.length[k] < ex.plan.dst_sizes[ex.plan.dst_seg[k]]
+        assert off[k] + plan.length[k] < plan.dst_sizes[plan.dst_seg[k]]
         off[k] += 1
-        _replan(ex, dst_off=off)
+        return attrs.evolve(plan, dst_off=off)
 
 
 class UnpinnedRestores:
