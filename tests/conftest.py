@@ -37,6 +37,16 @@ from pagedstate.spec import (
 
 LAYOUT = "test-v1"
 
+# The Triton executor's CPU tests (tests/test_gpu_*.py) run its kernel under Triton's
+# interpreter, which must be chosen before anything imports Triton (``@triton.jit`` reads
+# the variable when a kernel is defined, and test modules import pagedstate.gpu.triton_copy
+# at collection). Not on a machine with an NVIDIA device, where tests/test_gpu_cuda.py runs
+# the compiled kernel (the CPU-tensor Triton tests then skip); an explicit setting wins.
+if "TRITON_INTERPRET" not in os.environ and not any(
+    os.path.exists(dev) for dev in ("/dev/nvidiactl", "/dev/nvidia0")
+):
+    os.environ["TRITON_INTERPRET"] = "1"
+
 
 def spec(page_unit_bytes: int = 10, slot_bytes: int = 25, image_bytes: int | None = None):
     """``spec(10, 25)``: the SPEC's setup shorthand; ``image_bytes`` defaults to the slot."""

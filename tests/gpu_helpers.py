@@ -1,9 +1,8 @@
 """Shared helpers of the ``pagedstate.gpu`` tests (test_gpu_*.py).
 
-Importing this module sets ``TRITON_INTERPRET=1`` before anything imports Triton, so the
-Triton executor runs its kernel on the CPU tensors of these tests (``@triton.jit`` reads
-the variable when the kernel is defined, that is when ``pagedstate.gpu.triton_copy`` is
-first imported). :func:`executor_names` lists ``"torch"`` and, when Triton imports and its
+tests/conftest.py sets ``TRITON_INTERPRET=1`` (on a machine without an NVIDIA device)
+before anything imports Triton, so the Triton executor runs its kernel on the CPU tensors
+of these tests. :func:`executor_names` lists ``"torch"`` and, when Triton imports and its
 kernel really is the interpreter's, ``"triton"``.
 
 Sizes are kept tiny: the interpreter runs one Python loop per program, and CI has 2 cores.
@@ -11,15 +10,10 @@ Sizes are kept tiny: the interpreter runs one Python loop per program, and CI ha
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
-# Too late if the kernel was already defined: triton_interpreted() checks the kernel's
-# type, so the Triton executor is then left out rather than run on the wrong backend.
-os.environ["TRITON_INTERPRET"] = "1"
-
-from pagedstate.gpu.geometry import (  # noqa: E402 - after TRITON_INTERPRET
+from pagedstate.gpu.geometry import (
     CheckpointLayout,
     ModelGeometry,
     SlotTensorInfo,
