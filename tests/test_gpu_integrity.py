@@ -340,7 +340,8 @@ def machine_settings(name: str) -> settings:
 
 
 def machine_for(name: str, base: type[IntegrityMachine] = IntegrityMachine) -> type:
-    return type(f"{base.__name__}_{name}", (base,), {"executor_name": name, "stats": {}})
+    # One class name for both executors: the derandomized runs then draw the same steps.
+    return type(base.__name__, (base,), {"executor_name": name, "stats": {}})
 
 
 @pytest.mark.parametrize("name", executor_names())
