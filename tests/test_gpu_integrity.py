@@ -62,15 +62,17 @@ HASHES = st.integers(1, 4)
 LAYOUT = small_layout(recurrent_layers=1, spec_tokens=1)
 
 
-def pattern(h: int, boundary: int) -> Any:
-    """The image a slot holds before a store of ``h`` at ``boundary`` blocks."""
-    gen = torch.Generator().manual_seed(h * 1_000 + boundary)
-    return torch.randint(0, 256, (LAYOUT.image_bytes,), dtype=torch.uint8, generator=gen)
+def pattern(h: int, boundary: int, n: int | None = None, device: Any = "cpu") -> Any:
+    """The image (``n`` bytes, default the slice's image) a slot holds before a store of
+    ``h`` at ``boundary`` blocks."""
+    gen = torch.Generator(device=device).manual_seed(h * 1_000 + boundary)
+    size = LAYOUT.image_bytes if n is None else n
+    return torch.randint(0, 256, (size,), dtype=torch.uint8, generator=gen, device=device)
 
 
-def garbage(n: int, seed: int) -> Any:
-    gen = torch.Generator().manual_seed(10_000_019 + seed)
-    return torch.randint(0, 256, (n,), dtype=torch.uint8, generator=gen)
+def garbage(n: int, seed: int, device: Any = "cpu") -> Any:
+    gen = torch.Generator(device=device).manual_seed(10_000_019 + seed)
+    return torch.randint(0, 256, (n,), dtype=torch.uint8, generator=gen, device=device)
 
 
 class IntegrityMachine(RuleBasedStateMachine):
@@ -78,19 +80,26 @@ class IntegrityMachine(RuleBasedStateMachine):
     with :meth:`plant` (on the executor) or :meth:`wrap_coordinator`."""
 
     executor_name = "torch"
+    #: The layout, unit count and device of the tensors (a CUDA subclass in
+    #: test_gpu_cuda.py runs a full geometry on the GPU).
+    layout = LAYOUT
+    units = UNITS
+    device = "cpu"
     #: What the runs did, summed over every machine of this class (checked by the test:
     #: a run that never restored or scrubbed would prove nothing).
     stats: dict[str, int]
 
     def __init__(self) -> None:
         super().__init__()
-        self.pool = UnitPool(UNITS, on_evict=self._kv_evicted)
+        self.pool = UnitPool(self.units, on_evict=self._kv_evicted)
         self.coord: Any = self.wrap_coordinator(
-            PagedStateCheckpointCoordinator(self.pool, LAYOUT.spec(), True)
+            PagedStateCheckpointCoordinator(self.pool, self.layout.spec(), True)
         )
-        self.t = StateTensors(LAYOUT, SLOTS, UNITS)
+        self.t = StateTensors(self.layout, SLOTS, self.units, self.device)
         for x in self.t.all_tensors():
-            x.view(-1).view(torch.uint8).copy_(garbage(x.numel() * x.element_size(), -1))
+            x.view(-1).view(torch.uint8).copy_(
+                garbage(x.numel() * x.element_size(), -1, self.device)
+            )
         self.ex = self.build_executor()
         self.seqs = [Seq(s) for s in range(SLOTS)]
         self.pending: dict[int, tuple[int, Any]] = {}  # slot -> (h, pattern) filed
@@ -125,7 +134,7 @@ class IntegrityMachine(RuleBasedStateMachine):
 
     def _scribble(self, unit: int) -> Any:
         self.noise += 1
-        data = garbage(LAYOUT.page_unit_bytes, self.noise)
+        data = garbage(self.layout.page_unit_bytes, self.noise, self.device)
         self.t.fill_unit(unit, data)
         return data
 
@@ -150,7 +159,7 @@ class IntegrityMachine(RuleBasedStateMachine):
         """The forward wrote the slot's state at a boundary; the engine files it."""
         if slot in self.queued:
             return  # the slot's restore lands first (SPEC E.5); the engine never files now
-        image = pattern(h, boundary)
+        image = pattern(h, boundary, self.layout.image_bytes, self.device)
         self.t.write_image(slot, image)
         self.coord.checkpoint(self.seqs[slot], boundary, h)
         self.pending[slot] = (h, image)
@@ -272,7 +281,7 @@ class IntegrityMachine(RuleBasedStateMachine):
     @rule()
     def garbage_into_free_units(self) -> None:
         """Free units hold nobody's bytes (cached KV blocks are not free to write)."""
-        for u in range(UNITS):
+        for u in range(self.units):
             if self.pool.owner_of(u) is None and self.pool.cached_hash(u) is None:
                 self._scribble(u)
 
@@ -298,7 +307,7 @@ class IntegrityMachine(RuleBasedStateMachine):
         for h, image in self.expected.items():
             units = self._ready_units(h)
             if units is not None:
-                got = self.t.read_units(units)[: LAYOUT.image_bytes]
+                got = self.t.read_units(units)[: self.layout.image_bytes]
                 assert torch.equal(got, image), f"the image of READY checkpoint {h} changed"
 
     @invariant()
@@ -309,9 +318,9 @@ class IntegrityMachine(RuleBasedStateMachine):
             )
 
     def _non_image_mask(self) -> Any:
-        mask = torch.ones(LAYOUT.slot_bytes, dtype=torch.bool)
+        mask = torch.ones(self.layout.slot_bytes, dtype=torch.bool, device=self.device)
         pos = 0
-        for info in LAYOUT.slot_tensors:
+        for info in self.layout.slot_tensors:
             mask[pos : pos + info.carried_bytes] = False
             pos += info.row_bytes
         return mask
