@@ -298,12 +298,10 @@ def render(results: dict[str, Any]) -> str:
         "",
         f"Measured {results['date']} on {results['device']} ({results['sms']} SMs), torch"
         f" {results['torch']}, Triton {results['triton']}, Python {results['python']}, in one"
-        f" run. {results['block_tokens']}-token KV pages. Each figure: seconds per batch over"
-        f" {results['reps']} batches issued back to back between two CUDA events, the median"
-        f" of 5 such runs, after {results['warmup']} untimed batches (host work overlaps the"
-        " previous batch's copy and counts when it is the slower). TB/s counts bytes read"
-        " plus written; ratio = device-to-device copy of the same bytes / the executor's"
-        " time.",
+        f" run, {results['block_tokens']}-token KV pages. Device figures: the median of"
+        f" {results['reps']} timed batches after {results['warmup']} untimed ones (see the note"
+        " under the table). TB/s counts bytes read plus written; ratio = the device-to-device"
+        " copy of the same bytes / the executor's time (above 1.0: faster than that copy).",
         "",
         "| model | batch | image MiB | units | spans/image | executor | store ms | store TB/s"
         " | store / D2D | restore ms | restore TB/s | restore / D2D | D2D ms | D2D TB/s |"

@@ -131,7 +131,11 @@ class TritonCopyExecutor(CopyExecutorBase):
         wide: force the 16-byte path on (True: refused unless the layout allows it) or off
             (False); None picks it when allowed.
         for_loop: copy a row with a counted loop instead of a while loop (the compiler may
-            pipeline it; not runnable under the interpreter).
+            pipeline it; not runnable under the interpreter). None: counted on CUDA, while
+            under ``TRITON_INTERPRET=1``.
+
+    The defaults (``block=512, rows_per_program=4, num_warps=4``, counted loop) are the
+    variant that met issue 4's target on every geometry in docs/gpu-benchmarks.md.
 
     Raises:
         ImportError: Triton is not installed.
@@ -146,12 +150,12 @@ class TritonCopyExecutor(CopyExecutorBase):
         tensors: StateTensors,
         max_ops_per_batch: int,
         *,
-        block: int = 1024,
+        block: int = 512,
         rows_per_program: int = 4,
         num_warps: int = 4,
         max_scrub_units: int = 256,
         wide: bool | None = None,
-        for_loop: bool = False,
+        for_loop: bool | None = None,
     ) -> None:
         if not _HAVE_TRITON:
             raise ImportError("TritonCopyExecutor needs triton (a CUDA build of torch ships it)")
@@ -175,7 +179,7 @@ class TritonCopyExecutor(CopyExecutorBase):
         torch = _torch()
         self.block, self.num_warps = block, num_warps
         self.rows_per_program = rows_per_program
-        self.for_loop = bool(for_loop)
+        self.for_loop = (not interpreting()) if for_loop is None else bool(for_loop)
         dev = tensors.device
         r = len(self.layout.region_bytes)
         self._rows_cap = max_ops_per_batch * self.plan.num_spans + max_scrub_units * r
