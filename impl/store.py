@@ -115,7 +115,15 @@ RowSink = set[tuple[str, int]]
 TransitionHook = Callable[[str, Row, object], None]
 
 _READY = T.READY
+_ABSENT = T.ABSENT
+_COPYING = T.COPYING
+_EVICTING = T.EVICTING
 _HEAP_SLACK = 32
+#: Record rows whose key is constant, looked up once in the table (which still decides them:
+#: a missing row fails here, at import).
+_BEGIN_STORE = T.RECORD.step(T.ABSENT, "begin_store")
+_PUBLISH = T.RECORD.step(T.COPYING, "publish")
+_DEDUP = T.RECORD.step(T.COPYING, "dedup")
 
 
 class _Record:
@@ -647,27 +655,51 @@ class PageUnitCheckpointStore:
         u = self._units
         if not self._make_room(u):
             return None
-        row = T.RECORD.step(T.ABSENT, "begin_store")
         cid = self._next_checkpoint_id
         self._next_checkpoint_id = cid + 1
         pool = self.pool
+        if type(pool) is UnitPool and pool.on_evict is None:
+            # The production pool with no eviction callback: nothing can call back into the
+            # store during the reservation, so the deferral block (which would hold nothing)
+            # is skipped.
+            units = pool._reserve(u, (CHECKPOINT_OWNER, cid))
+            if units is None:
+                self._next_checkpoint_id = cid  # refused, nothing changed: id not consumed
+                return None
+            unit_ids = tuple(units)
+            rec = _Record(prefix_hash, unit_ids, _ABSENT)
+            self.records[cid] = rec
+            self._apply(cid, rec, _BEGIN_STORE)
+            self._inflight_stores.append(cid)
+        else:
+            begun = self._begin_deferred(prefix_hash, cid, pool)
+            if begun is None:
+                return None
+            unit_ids = begun
+        spec = self.spec
+        return CheckpointStoreOp(src_slot, unit_ids, spec.image_bytes, spec.layout_id)
+
+    def _begin_deferred(self, prefix_hash: int, cid: int, pool: Any) -> tuple[int, ...] | None:
+        """``_begin``'s reservation and filing of record ``cid`` inside the pool's deferral
+        block (callbacks fire once the record is filed); the unit ids, or ``None`` (the
+        identity given back) when the pool refused."""
         with _deferring(pool):
             if type(pool) is UnitPool:
-                units = pool._reserve(u, (CHECKPOINT_OWNER, cid))
+                units = pool._reserve(self._units, (CHECKPOINT_OWNER, cid))
             else:
                 with _as_store(pool):
-                    units = pool.reserve_units(u, (CHECKPOINT_OWNER, cid))
+                    units = pool.reserve_units(self._units, (CHECKPOINT_OWNER, cid))
             if units is None:
                 # The pool refused before changing anything (no callback ran): the
                 # identity was not consumed.
                 self._next_checkpoint_id = cid
                 return None
             unit_ids = tuple(units)
-            rec = _Record(prefix_hash, unit_ids, T.ABSENT)
+            rec = _Record(prefix_hash, unit_ids, _ABSENT)
             self.records[cid] = rec
-            self._apply(cid, rec, row)
+            self._apply(cid, rec, _BEGIN_STORE)
             self._inflight_stores.append(cid)
-        return CheckpointStoreOp(src_slot, unit_ids, self.spec.image_bytes, self.spec.layout_id)
+        return unit_ids
 
     def complete_inflight(self) -> None:
         """The batch that carried the last drain's ops has been issued: publish its stores
@@ -679,21 +711,27 @@ class PageUnitCheckpointStore:
                 through the public API).
         """
         inflight, self._inflight_stores = self._inflight_stores, []
+        records = self.records
+        index = self.hash_to_checkpoint
         for cid in inflight:
-            rec = self.records.get(cid)
+            rec = records.get(cid)
             if rec is None:
                 continue
-            if rec.phase == T.EVICTING:
-                guard = store_guard(rec.pin_count)
-                self._apply(cid, rec, T.RECORD.step(T.EVICTING, "publish", guard))
-            elif rec.phase != T.COPYING:
-                continue
-            elif self.lookup(rec.prefix_hash) >= 0:
-                self._apply(cid, rec, T.RECORD.step(T.COPYING, "dedup"))
-            else:
-                self._apply(cid, rec, T.RECORD.step(T.COPYING, "publish"))
+            phase = rec.phase
+            if phase == _COPYING:
+                # lookup(rec.prefix_hash) >= 0, inline: a READY record of the hash exists
+                other = index.get(rec.prefix_hash)
+                if other is not None:
+                    found = records.get(other)
+                    if found is not None and found.phase == _READY:
+                        self._apply(cid, rec, _DEDUP)
+                        continue
+                self._apply(cid, rec, _PUBLISH)
                 if self._offload_sink:
                     self._queue_offload_store(cid)
+            elif phase == _EVICTING:
+                guard = store_guard(rec.pin_count)
+                self._apply(cid, rec, T.RECORD.step(_EVICTING, "publish", guard))
         restores, self._inflight_restores = self._inflight_restores, []
         if restores:
             self._inflight_slots = {}
