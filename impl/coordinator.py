@@ -63,6 +63,7 @@ from .store import (
 __all__ = ["PagedStateCheckpointCoordinator"]
 
 _PendingKey = tuple[int, int]
+_READY = T.READY
 
 
 def _need_transfer_owner(owner: Hashable) -> None:
@@ -531,15 +532,39 @@ class PagedStateCheckpointCoordinator:
     def _drain(self) -> tuple[tuple[CheckpointStoreOp, ...], tuple[CheckpointRestoreOp, ...]]:
         pending = self._pending
         for seq, _h in pending.values():
-            sequence_slot(seq)  # every slot is read before anything changes (G8)
+            # every slot is read before anything changes (G8); sequence_slot only for one
+            # that is not a plain int (it converts it or raises)
+            if type(getattr(seq, "state_slot", None)) is not int:
+                sequence_slot(seq)
         store = self.store
+        # The store's indexes, read inline below: whether a hash is READY (``lookup``) or
+        # pending (``contains_or_pending``); ``h`` was checked to be an int when filed.
+        index = store.hash_to_checkpoint
+        records = store.records
+        store_pending = store._pending_by_hash
+        of_seq = self._pending_of_seq
+        by_hash = self._pending_by_hash
         for key, (seq, h) in list(pending.items()):
-            if key not in self._pending:
+            if key not in pending:
                 continue  # orphaned by a re-entrant unindex earlier in this drain
-            self._drop_pending(key)
-            src = sequence_slot(seq)
-            if src < 0 or store.contains_or_pending(h):
+            # _drop_pending(key), inline
+            sid = key[0]
+            del pending[key]
+            del of_seq[sid]
+            seqs = by_hash[h]
+            del seqs[sid]
+            if not seqs:
+                del by_hash[h]
+            src = getattr(seq, "state_slot", None)
+            if type(src) is not int:
+                src = sequence_slot(seq)
+            if src < 0 or h in store_pending:
                 continue
+            cid = index.get(h)
+            if cid is not None:
+                rec = records.get(cid)
+                if rec is not None and rec.phase == _READY:
+                    continue
             op = store._begin(h, src)  # h checked when filed, src by sequence_slot
             if op is None:
                 self.checkpoints_dropped += 1
