@@ -769,6 +769,17 @@ class PagedStateCheckpointCoordinator:
         """
         if type(h) is not int:
             need_int("h", h)
+        store = self.store
+        if (
+            h not in self._pending_by_hash
+            and h not in self._scratch_by_hash
+            and h not in store.hash_to_checkpoint
+            and h not in store._pending_by_hash
+        ):
+            # Most evicted prefixes have nothing here: no pending boundary, no queued
+            # scratch store, no record (the store's unindex would find none and return
+            # False), so nothing is dropped or counted.
+            return
         seqs = self._pending_by_hash.pop(h, None)
         if seqs:
             for sid in seqs:
@@ -785,7 +796,7 @@ class PagedStateCheckpointCoordinator:
                 pool.release(slot)
                 scratch += 1
                 self._took(T.SCRATCH, row, slot)
-        removed = self.store.unindex(h)
+        removed = store.unindex(h)
         if seqs or scratch or removed:
             self.checkpoints_orphaned += 1
 
