@@ -432,7 +432,10 @@ class PagedStateCheckpointCoordinator:
             need_int("boundary_blocks", boundary_blocks, 0)
         if type(h) is not int:
             need_int("h", h)
-        if need_sequence(seq) < 0 or not (self.enabled and seq.has_per_req_cache):
+        slot = getattr(seq, "state_slot", None)
+        if type(slot) is not int or not hasattr(seq, "has_per_req_cache"):
+            slot = need_sequence(seq)  # converts the slot, or raises naming what is wrong
+        if slot < 0 or not (self.enabled and seq.has_per_req_cache):
             return
         sid = id(seq)
         key = (sid, h)
