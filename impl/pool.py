@@ -427,7 +427,11 @@ class UnitPool:
                 units.append(u)
             for piece, u in enumerate(units):
                 tags[u] = (owner, piece)
-        self._add_held(owner, count)
+        held = self._held
+        try:  # _add_held(owner, count), inline (count > 0)
+            held[owner] = held.get(owner, 0) + count
+        except TypeError:
+            pass  # an unhashable owner is counted by a walk (_held_by)
         if evicted and self.on_evict is not None:
             undo = (units, owner, before, evicted)
             if self._defer:
@@ -520,9 +524,19 @@ class UnitPool:
         for u in ids:
             tags[u] = None
             push(vacant, u)
-        if is_dirtying(owner):
+        # is_dirtying(owner) and _add_held(owner, -len(ids)), inline: the store releases
+        # through here once per record
+        if isinstance(owner, tuple) and len(owner) == 2 and owner[0] in _STORE_KINDS:
             self._dirty.update(ids)
-        self._add_held(owner, -len(ids))
+        held = self._held
+        try:
+            left = held.get(owner, 0) - len(ids)
+        except TypeError:
+            return  # an unhashable owner is counted by a walk (_held_by)
+        if left:
+            held[owner] = left
+        else:
+            held.pop(owner, None)
 
     def _is_whole(self, unit_ids: Any, owner: Hashable) -> bool:
         """Fast check that ``unit_ids`` is exactly ``owner``'s whole reservation in piece
