@@ -653,12 +653,16 @@ class PageUnitCheckpointStore:
         """``begin_store`` past its argument checks and with the hash neither READY nor
         pending (the caller checked)."""
         u = self._units
-        if not self._make_room(u):
-            return None
+        pool = self.pool
+        production = type(pool) is UnitPool
+        # _make_room(u), which answers at once when u units are free; the production pool's
+        # free count (num_free) is read directly.
+        if not (production and len(pool._vacant) + len(pool._cached) >= u):
+            if not self._make_room(u):
+                return None
         cid = self._next_checkpoint_id
         self._next_checkpoint_id = cid + 1
-        pool = self.pool
-        if type(pool) is UnitPool and pool.on_evict is None:
+        if production and pool.on_evict is None:
             # The production pool with no eviction callback: nothing can call back into the
             # store during the reservation, so the deferral block (which would hold nothing)
             # is skipped.
