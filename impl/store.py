@@ -119,11 +119,12 @@ _ABSENT = T.ABSENT
 _COPYING = T.COPYING
 _EVICTING = T.EVICTING
 _HEAP_SLACK = 32
-#: Record rows whose key is constant, looked up once in the table (which still decides them:
+#: Rows whose key is constant, looked up once in their table (which still decides them:
 #: a missing row fails here, at import).
 _BEGIN_STORE = T.RECORD.step(T.ABSENT, "begin_store")
 _PUBLISH = T.RECORD.step(T.COPYING, "publish")
 _DEDUP = T.RECORD.step(T.COPYING, "dedup")
+_BEGIN_RESTORE = T.RESTORE.step(T.R_NONE, "begin_restore")
 
 
 class _Record:
@@ -741,7 +742,8 @@ class PageUnitCheckpointStore:
             self._inflight_slots = {}
             row = T.RESTORE.step(T.IN_FLIGHT, "complete")
             for cid, op in restores:
-                self._took(T.RESTORE, row, (cid, op.dst_slot))
+                if self.row_sink is not None or self.on_transition is not None:
+                    self._took(T.RESTORE, row, (cid, op.dst_slot))
                 self._unpin(cid, "restore")
 
     # -- restores -------------------------------------------------------------------------
@@ -767,14 +769,15 @@ class PageUnitCheckpointStore:
             raise SlotBusyError(
                 f"slot {dst_slot} already has a restore queued, in flight or suspended (G4)"
             )
-        rrow = T.RESTORE.step(T.R_NONE, "begin_restore")
+        rrow = _BEGIN_RESTORE
         rec = self.records[cid]
         self._apply(cid, rec, T.RECORD.step(rec.phase, "pin_restore"))
         self._lru.move_to_end(cid)
         self._refresh(rec)
         op = CheckpointRestoreOp(dst_slot, rec.unit_ids, self.spec.image_bytes, self.spec.layout_id)
         self._queued_restores[dst_slot] = (cid, op)
-        self._took(T.RESTORE, rrow, (cid, dst_slot))
+        if self.row_sink is not None or self.on_transition is not None:
+            self._took(T.RESTORE, rrow, (cid, dst_slot))
         return op
 
     def take_restore_ops(self) -> tuple[CheckpointRestoreOp, ...]:
@@ -792,7 +795,8 @@ class PageUnitCheckpointStore:
             inflight.append(entry)
             slots[slot] = slots.get(slot, 0) + 1
             ops.append(entry[1])
-            self._took(T.RESTORE, row, (entry[0], slot))
+            if self.row_sink is not None or self.on_transition is not None:
+                self._took(T.RESTORE, row, (entry[0], slot))
         return tuple(ops)
 
     def cancel_queued_restore(self, dst_slot: int) -> None:
