@@ -63,6 +63,7 @@ from .store import (
 __all__ = ["PagedStateCheckpointCoordinator"]
 
 _PendingKey = tuple[int, int]
+_READY = T.READY
 
 
 def _need_transfer_owner(owner: Hashable) -> None:
@@ -431,7 +432,10 @@ class PagedStateCheckpointCoordinator:
             need_int("boundary_blocks", boundary_blocks, 0)
         if type(h) is not int:
             need_int("h", h)
-        if need_sequence(seq) < 0 or not (self.enabled and seq.has_per_req_cache):
+        slot = getattr(seq, "state_slot", None)
+        if type(slot) is not int or not hasattr(seq, "has_per_req_cache"):
+            slot = need_sequence(seq)  # converts the slot, or raises naming what is wrong
+        if slot < 0 or not (self.enabled and seq.has_per_req_cache):
             return
         sid = id(seq)
         key = (sid, h)
@@ -531,15 +535,39 @@ class PagedStateCheckpointCoordinator:
     def _drain(self) -> tuple[tuple[CheckpointStoreOp, ...], tuple[CheckpointRestoreOp, ...]]:
         pending = self._pending
         for seq, _h in pending.values():
-            sequence_slot(seq)  # every slot is read before anything changes (G8)
+            # every slot is read before anything changes (G8); sequence_slot only for one
+            # that is not a plain int (it converts it or raises)
+            if type(getattr(seq, "state_slot", None)) is not int:
+                sequence_slot(seq)
         store = self.store
+        # The store's indexes, read inline below: whether a hash is READY (``lookup``) or
+        # pending (``contains_or_pending``); ``h`` was checked to be an int when filed.
+        index = store.hash_to_checkpoint
+        records = store.records
+        store_pending = store._pending_by_hash
+        of_seq = self._pending_of_seq
+        by_hash = self._pending_by_hash
         for key, (seq, h) in list(pending.items()):
-            if key not in self._pending:
+            if key not in pending:
                 continue  # orphaned by a re-entrant unindex earlier in this drain
-            self._drop_pending(key)
-            src = sequence_slot(seq)
-            if src < 0 or store.contains_or_pending(h):
+            # _drop_pending(key), inline
+            sid = key[0]
+            del pending[key]
+            del of_seq[sid]
+            seqs = by_hash[h]
+            del seqs[sid]
+            if not seqs:
+                del by_hash[h]
+            src = getattr(seq, "state_slot", None)
+            if type(src) is not int:
+                src = sequence_slot(seq)
+            if src < 0 or h in store_pending:
                 continue
+            cid = index.get(h)
+            if cid is not None:
+                rec = records.get(cid)
+                if rec is not None and rec.phase == _READY:
+                    continue
             op = store._begin(h, src)  # h checked when filed, src by sequence_slot
             if op is None:
                 self.checkpoints_dropped += 1
@@ -744,6 +772,17 @@ class PagedStateCheckpointCoordinator:
         """
         if type(h) is not int:
             need_int("h", h)
+        store = self.store
+        if (
+            h not in self._pending_by_hash
+            and h not in self._scratch_by_hash
+            and h not in store.hash_to_checkpoint
+            and h not in store._pending_by_hash
+        ):
+            # Most evicted prefixes have nothing here: no pending boundary, no queued
+            # scratch store, no record (the store's unindex would find none and return
+            # False), so nothing is dropped or counted.
+            return
         seqs = self._pending_by_hash.pop(h, None)
         if seqs:
             for sid in seqs:
@@ -760,7 +799,7 @@ class PagedStateCheckpointCoordinator:
                 pool.release(slot)
                 scratch += 1
                 self._took(T.SCRATCH, row, slot)
-        removed = self.store.unindex(h)
+        removed = store.unindex(h)
         if seqs or scratch or removed:
             self.checkpoints_orphaned += 1
 

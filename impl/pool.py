@@ -95,9 +95,6 @@ from ._args import is_dirtying, is_int, need_hashable, need_int
 
 __all__ = ["UnitPool", "SlotPool", "KVBlockPool", "EvictionCallback"]
 
-_INT_ONLY = {int}
-#: Up to this many units a call loops in Python; above it, C-level bulk passes win.
-_SMALL = 8
 
 #: ``on_evict(prefix_hash)``: a reservation overwrote the cached KV block of ``prefix_hash``.
 EvictionCallback = Callable[[int], None]
@@ -412,23 +409,29 @@ class UnitPool:
         # reservation empties, to undo it exactly if a callback raises.
         before = list(vacant) if count > len(vacant) else None
         tags = self._tags
+        pop = heapq.heappop
         evicted: list[int] = []
-        if count <= _SMALL and len(vacant) >= count:
+        # Plain loops: on CPython they beat map/deque passes over slot wrappers such as
+        # ``tags.__setitem__`` at every reservation size.
+        if len(vacant) >= count:
             units = []
             for piece in range(count):
-                u = heapq.heappop(vacant)
+                u = pop(vacant)
                 tags[u] = (owner, piece)
                 units.append(u)
         else:
-            pop = heapq.heappop
-            take = min(count, len(vacant))
-            units = [pop(vacant) for _ in range(take)]
-            for _ in range(count - take):
+            units = [pop(vacant) for _ in range(len(vacant))]
+            for _ in range(count - len(units)):
                 u, h = cached.popitem(last=False)
                 evicted.append(h)
                 units.append(u)
-            deque(map(tags.__setitem__, units, zip(repeat(owner), range(count))), 0)
-        self._add_held(owner, count)
+            for piece, u in enumerate(units):
+                tags[u] = (owner, piece)
+        held = self._held
+        try:  # _add_held(owner, count), inline (count > 0)
+            held[owner] = held.get(owner, 0) + count
+        except TypeError:
+            pass  # an unhashable owner is counted by a walk (_held_by)
         if evicted and self.on_evict is not None:
             undo = (units, owner, before, evicted)
             if self._defer:
@@ -521,14 +524,24 @@ class UnitPool:
         for u in ids:
             tags[u] = None
             push(vacant, u)
-        if is_dirtying(owner):
+        # is_dirtying(owner) and _add_held(owner, -len(ids)), inline: the store releases
+        # through here once per record
+        if isinstance(owner, tuple) and len(owner) == 2 and owner[0] in _STORE_KINDS:
             self._dirty.update(ids)
-        self._add_held(owner, -len(ids))
+        held = self._held
+        try:
+            left = held.get(owner, 0) - len(ids)
+        except TypeError:
+            return  # an unhashable owner is counted by a walk (_held_by)
+        if left:
+            held[owner] = left
+        else:
+            held.pop(owner, None)
 
     def _is_whole(self, unit_ids: Any, owner: Hashable) -> bool:
         """Fast check that ``unit_ids`` is exactly ``owner``'s whole reservation in piece
         order; False sends the caller to :meth:`_validate_whole`, which names what is
-        wrong. O(k), in C-level passes above ``_SMALL`` units."""
+        wrong. O(k), one plain loop (faster than C-level map passes, see ``_reserve``)."""
         if type(unit_ids) is not list and type(unit_ids) is not tuple:
             return False
         n = len(unit_ids)
@@ -548,16 +561,12 @@ class UnitPool:
             return False
         tags = self._tags
         size = self.num_units
-        if n <= _SMALL:
-            piece = 0
-            for u in unit_ids:
-                if type(u) is not int or not 0 <= u < size or tags[u] != (owner, piece):
-                    return False
-                piece += 1
-            return True
-        if set(map(type, unit_ids)) != _INT_ONLY or min(unit_ids) < 0 or max(unit_ids) >= size:
-            return False
-        return list(map(tags.__getitem__, unit_ids)) == list(zip(repeat(owner), range(n)))
+        piece = 0
+        for u in unit_ids:
+            if type(u) is not int or not 0 <= u < size or tags[u] != (owner, piece):
+                return False
+            piece += 1
+        return True
 
     def rekey_units(self, unit_ids: Any, old_owner: Hashable, new_owner: Hashable) -> None:
         """Retag a whole reservation from ``old_owner`` to ``new_owner`` atomically; the units

@@ -20,10 +20,11 @@ allocation beyond its answer.
 Indexes instead of walks (each kept exact by the differential tests in ``tests/``):
 
 - **LRU** (SPEC B.1 ``_lru``): an ordered map of READY checkpoint ids, oldest first, plus a
-  recency stamp per record. A min-heap of ``(stamp, cid)`` holds every READY unpinned
-  record (stale entries skipped lazily, the heap rebuilt when it outgrows twice the LRU),
-  so the next LRU victim is the heap's first valid entry: exactly the reference's "first
-  evictable record in LRU order", however many pinned records crowd the cold end.
+  recency stamp per record (one int that also carries the record's id, see ``_CID_BITS``).
+  A min-heap of stamps holds every READY unpinned record (stale entries skipped lazily, the
+  heap rebuilt when it outgrows twice the LRU), so the next LRU victim is the heap's first
+  valid entry: exactly the reference's "first evictable record in LRU order", however many
+  pinned records crowd the cold end.
 - **Evictable count**: the number of READY unpinned records, so ``has_available_units`` is
   arithmetic (the answer depends on the eligible set only, SPEC row 22).
 - **Queued restores** keyed by destination slot (G4 makes a slot hold at most one restore),
@@ -115,7 +116,23 @@ RowSink = set[tuple[str, int]]
 TransitionHook = Callable[[str, Row, object], None]
 
 _READY = T.READY
+_ABSENT = T.ABSENT
+_COPYING = T.COPYING
+_EVICTING = T.EVICTING
 _HEAP_SLACK = 32
+#: A record's recency stamp is ``n << _CID_BITS | cid`` for its n-th stamping: stamps order
+#: by ``n`` (checkpoint ids count up from 0 and stay far below 2**64), and the victim heap
+#: holds the stamps themselves, ``stamp & _CID_MASK`` naming the record. One int per entry
+#: instead of a ``(stamp, cid)`` tuple: fewer objects to compare and to fetch from memory
+#: while the heap sifts.
+_CID_BITS = 64
+_CID_MASK = (1 << _CID_BITS) - 1
+#: Rows whose key is constant, looked up once in their table (which still decides them:
+#: a missing row fails here, at import).
+_BEGIN_STORE = T.RECORD.step(T.ABSENT, "begin_store")
+_PUBLISH = T.RECORD.step(T.COPYING, "publish")
+_DEDUP = T.RECORD.step(T.COPYING, "dedup")
+_BEGIN_RESTORE = T.RESTORE.step(T.R_NONE, "begin_restore")
 
 
 class _Record:
@@ -128,7 +145,8 @@ class _Record:
         self.unit_ids = unit_ids
         self.phase = phase
         self.pin_count = pin_count
-        #: LRU recency stamp; meaningful while READY (larger is more recent).
+        #: LRU recency stamp (see ``_CID_BITS``); meaningful while READY (larger is more
+        #: recent).
         self.stamp = 0
 
     def copy(self) -> _Record:
@@ -240,7 +258,7 @@ class PageUnitCheckpointStore:
         # LRU of READY records (oldest first) and the evictable heap over it.
         self._lru: OrderedDict[int, None] = OrderedDict()
         self._stamp = 0
-        self._victims: list[tuple[int, int]] = []
+        self._victims: list[int] = []
         self._num_evictable = 0
         self._inflight_stores: list[int] = []
         # Queued restores by destination slot, in queue order (G4: one per slot).
@@ -367,7 +385,8 @@ class PageUnitCheckpointStore:
         heap = self._victims
         records = self.records
         while heap:
-            stamp, cid = heap[0]
+            stamp = heap[0]
+            cid = stamp & _CID_MASK
             rec = records.get(cid)
             if (
                 rec is None
@@ -462,21 +481,22 @@ class PageUnitCheckpointStore:
 
     def _push_victim(self, cid: int, rec: _Record) -> None:
         heap = self._victims
-        heapq.heappush(heap, (rec.stamp, cid))
+        heapq.heappush(heap, rec.stamp)
         if len(heap) > 2 * len(self._lru) + _HEAP_SLACK:
             records = self.records
             fresh = []
             for c in self._lru:
                 r = records[c]
                 if is_evictable(r.phase, r.pin_count, False):
-                    fresh.append((r.stamp, c))
+                    fresh.append(r.stamp)
             heapq.heapify(fresh)
             self._victims = fresh
 
-    def _refresh(self, rec: _Record) -> None:
-        """Give ``rec`` the newest recency stamp (it is at the end of the LRU)."""
+    def _refresh(self, cid: int, rec: _Record) -> None:
+        """Give ``rec`` (record ``cid``) the newest recency stamp (it is at the end of the
+        LRU)."""
         self._stamp += 1
-        rec.stamp = self._stamp
+        rec.stamp = self._stamp << _CID_BITS | cid
 
     def _apply(self, cid: int, rec: _Record, row: Row) -> None:
         """Apply a record row's effects (phase, pins, index, units), then record the row."""
@@ -502,7 +522,7 @@ class PageUnitCheckpointStore:
                 self.hash_to_checkpoint[h] = cid
                 self._lru[cid] = None
                 self._stamp += 1
-                rec.stamp = self._stamp
+                rec.stamp = self._stamp << _CID_BITS | cid
                 self.generation += 1
                 self._changes.append((self.generation, h))
             elif index == "remove":
@@ -645,29 +665,57 @@ class PageUnitCheckpointStore:
         """``begin_store`` past its argument checks and with the hash neither READY nor
         pending (the caller checked)."""
         u = self._units
-        if not self._make_room(u):
-            return None
-        row = T.RECORD.step(T.ABSENT, "begin_store")
+        pool = self.pool
+        production = type(pool) is UnitPool
+        # _make_room(u), which answers at once when u units are free; the production pool's
+        # free count (num_free) is read directly.
+        if not (production and len(pool._vacant) + len(pool._cached) >= u):
+            if not self._make_room(u):
+                return None
         cid = self._next_checkpoint_id
         self._next_checkpoint_id = cid + 1
-        pool = self.pool
+        if production and pool.on_evict is None:
+            # The production pool with no eviction callback: nothing can call back into the
+            # store during the reservation, so the deferral block (which would hold nothing)
+            # is skipped.
+            units = pool._reserve(u, (CHECKPOINT_OWNER, cid))
+            if units is None:
+                self._next_checkpoint_id = cid  # refused, nothing changed: id not consumed
+                return None
+            unit_ids = tuple(units)
+            rec = _Record(prefix_hash, unit_ids, _ABSENT)
+            self.records[cid] = rec
+            self._apply(cid, rec, _BEGIN_STORE)
+            self._inflight_stores.append(cid)
+        else:
+            begun = self._begin_deferred(prefix_hash, cid, pool)
+            if begun is None:
+                return None
+            unit_ids = begun
+        spec = self.spec
+        return CheckpointStoreOp(src_slot, unit_ids, spec.image_bytes, spec.layout_id)
+
+    def _begin_deferred(self, prefix_hash: int, cid: int, pool: Any) -> tuple[int, ...] | None:
+        """``_begin``'s reservation and filing of record ``cid`` inside the pool's deferral
+        block (callbacks fire once the record is filed); the unit ids, or ``None`` (the
+        identity given back) when the pool refused."""
         with _deferring(pool):
             if type(pool) is UnitPool:
-                units = pool._reserve(u, (CHECKPOINT_OWNER, cid))
+                units = pool._reserve(self._units, (CHECKPOINT_OWNER, cid))
             else:
                 with _as_store(pool):
-                    units = pool.reserve_units(u, (CHECKPOINT_OWNER, cid))
+                    units = pool.reserve_units(self._units, (CHECKPOINT_OWNER, cid))
             if units is None:
                 # The pool refused before changing anything (no callback ran): the
                 # identity was not consumed.
                 self._next_checkpoint_id = cid
                 return None
             unit_ids = tuple(units)
-            rec = _Record(prefix_hash, unit_ids, T.ABSENT)
+            rec = _Record(prefix_hash, unit_ids, _ABSENT)
             self.records[cid] = rec
-            self._apply(cid, rec, row)
+            self._apply(cid, rec, _BEGIN_STORE)
             self._inflight_stores.append(cid)
-        return CheckpointStoreOp(src_slot, unit_ids, self.spec.image_bytes, self.spec.layout_id)
+        return unit_ids
 
     def complete_inflight(self) -> None:
         """The batch that carried the last drain's ops has been issued: publish its stores
@@ -679,27 +727,34 @@ class PageUnitCheckpointStore:
                 through the public API).
         """
         inflight, self._inflight_stores = self._inflight_stores, []
+        records = self.records
+        index = self.hash_to_checkpoint
         for cid in inflight:
-            rec = self.records.get(cid)
+            rec = records.get(cid)
             if rec is None:
                 continue
-            if rec.phase == T.EVICTING:
-                guard = store_guard(rec.pin_count)
-                self._apply(cid, rec, T.RECORD.step(T.EVICTING, "publish", guard))
-            elif rec.phase != T.COPYING:
-                continue
-            elif self.lookup(rec.prefix_hash) >= 0:
-                self._apply(cid, rec, T.RECORD.step(T.COPYING, "dedup"))
-            else:
-                self._apply(cid, rec, T.RECORD.step(T.COPYING, "publish"))
+            phase = rec.phase
+            if phase == _COPYING:
+                # lookup(rec.prefix_hash) >= 0, inline: a READY record of the hash exists
+                other = index.get(rec.prefix_hash)
+                if other is not None:
+                    found = records.get(other)
+                    if found is not None and found.phase == _READY:
+                        self._apply(cid, rec, _DEDUP)
+                        continue
+                self._apply(cid, rec, _PUBLISH)
                 if self._offload_sink:
                     self._queue_offload_store(cid)
+            elif phase == _EVICTING:
+                guard = store_guard(rec.pin_count)
+                self._apply(cid, rec, T.RECORD.step(_EVICTING, "publish", guard))
         restores, self._inflight_restores = self._inflight_restores, []
         if restores:
             self._inflight_slots = {}
             row = T.RESTORE.step(T.IN_FLIGHT, "complete")
             for cid, op in restores:
-                self._took(T.RESTORE, row, (cid, op.dst_slot))
+                if self.row_sink is not None or self.on_transition is not None:
+                    self._took(T.RESTORE, row, (cid, op.dst_slot))
                 self._unpin(cid, "restore")
 
     # -- restores -------------------------------------------------------------------------
@@ -725,14 +780,15 @@ class PageUnitCheckpointStore:
             raise SlotBusyError(
                 f"slot {dst_slot} already has a restore queued, in flight or suspended (G4)"
             )
-        rrow = T.RESTORE.step(T.R_NONE, "begin_restore")
+        rrow = _BEGIN_RESTORE
         rec = self.records[cid]
         self._apply(cid, rec, T.RECORD.step(rec.phase, "pin_restore"))
         self._lru.move_to_end(cid)
-        self._refresh(rec)
+        self._refresh(cid, rec)
         op = CheckpointRestoreOp(dst_slot, rec.unit_ids, self.spec.image_bytes, self.spec.layout_id)
         self._queued_restores[dst_slot] = (cid, op)
-        self._took(T.RESTORE, rrow, (cid, dst_slot))
+        if self.row_sink is not None or self.on_transition is not None:
+            self._took(T.RESTORE, rrow, (cid, dst_slot))
         return op
 
     def take_restore_ops(self) -> tuple[CheckpointRestoreOp, ...]:
@@ -750,7 +806,8 @@ class PageUnitCheckpointStore:
             inflight.append(entry)
             slots[slot] = slots.get(slot, 0) + 1
             ops.append(entry[1])
-            self._took(T.RESTORE, row, (entry[0], slot))
+            if self.row_sink is not None or self.on_transition is not None:
+                self._took(T.RESTORE, row, (entry[0], slot))
         return tuple(ops)
 
     def cancel_queued_restore(self, dst_slot: int) -> None:

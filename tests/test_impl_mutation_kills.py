@@ -152,7 +152,8 @@ def test_release_refuses_a_unit_id_that_is_not_a_plain_id(bad: Any) -> None:
 
 
 def test_release_of_a_large_reservation_takes_the_bulk_path() -> None:
-    """More than ``_SMALL`` units: the C-level whole-reservation check, in both stores."""
+    """A large reservation (40 units; the pool once had a separate bulk path above 8): the
+    whole-reservation check, in both stores."""
     for models in (R, I):
         pool = models.UnitPool(64)
         units = pool.reserve_units(40, ("live-kv", 1))
