@@ -96,6 +96,8 @@ from ._args import is_dirtying, is_int, need_hashable, need_int
 __all__ = ["UnitPool", "SlotPool", "KVBlockPool", "EvictionCallback"]
 
 _INT_ONLY = {int}
+#: Runs an iterator to its end at C speed, keeping nothing (a deque of maxlen 0).
+_consume: Callable[[Iterable[object]], None] = deque[object](maxlen=0).extend
 #: Up to this many units a call loops in Python; above it, C-level bulk passes win.
 _SMALL = 8
 
@@ -148,7 +150,7 @@ def _ids_list(unit_ids: Any) -> tuple[int, ...]:
         raise InvalidArgumentError(f"unit_ids must be a list or tuple, got {type(unit_ids)!r}")
     ids = tuple(unit_ids)
     for u in ids:
-        if type(u) is not int or u < 0:
+        if type(u) is not int or u < 0:  # pragma: no mutate (need_int re-checks)
             need_int("unit id", u, 0)
     if len(set(ids)) != len(ids):
         raise DuplicateUnitError(f"unit ids repeat: {list(ids)}")
@@ -235,12 +237,12 @@ class UnitPool:
         Raises:
             InvalidArgumentError: ``n`` is not a non-negative int.
         """
-        if type(n) is not int or n < 0:
+        if type(n) is not int or n < 0:  # pragma: no mutate (need_int re-checks)
             need_int("n", n, 0)
         return len(self._vacant) + len(self._cached) >= n
 
     def _need_unit(self, unit: int) -> None:
-        if type(unit) is not int or unit < 0:
+        if type(unit) is not int or unit < 0:  # pragma: no mutate (need_int re-checks)
             need_int("unit id", unit, 0)
         if unit >= self.num_units:
             raise InvalidArgumentError(f"unit {unit} is outside the pool of {self.num_units}")
@@ -293,19 +295,14 @@ class UnitPool:
 
     # -- per-owner counts ---------------------------------------------------------------
 
+    # Every owner that reaches these two is hashable: the public calls check it first
+    # (``_need_owner``) and the store's owners are ``(kind, int)`` tuples.
+
     def _held_by(self, owner: Hashable) -> int:
-        try:
-            return self._held.get(owner, 0)
-        except TypeError:
-            # An unhashable owner (outside SPEC A.3, which asks for hashable ones, but the
-            # reference accepts it): counted by a walk, only for such owners.
-            return sum(1 for t in self._tags if t is not None and t[0] == owner)
+        return self._held.get(owner, 0)
 
     def _add_held(self, owner: Hashable, n: int) -> None:
-        try:
-            left = self._held.get(owner, 0) + n
-        except TypeError:
-            return
+        left = self._held.get(owner, 0) + n
         if left:
             self._held[owner] = left
         else:
@@ -366,7 +363,7 @@ class UnitPool:
                 f"unit_ids must be an iterable of unit ids, got {unit_ids!r}"
             ) from exc
         for u in ids:
-            if type(u) is not int or u < 0:
+            if type(u) is not int or u < 0:  # pragma: no mutate (need_int re-checks)
                 need_int("unit id", u, 0)
             if u >= self.num_units:
                 raise InvalidArgumentError(f"unit {u} is outside the pool of {self.num_units}")
@@ -388,7 +385,7 @@ class UnitPool:
                 a ``deferred_evictions()`` block the reservation is undone first, so nothing
                 changed (what the callbacks did is the engine's).
         """
-        if type(count) is not int or count < 0:
+        if type(count) is not int or count < 0:  # pragma: no mutate (need_int re-checks)
             need_int("count", count, 0)
         if owner is None:
             raise InvalidArgumentError("a reservation needs an owner, got None")
@@ -408,12 +405,10 @@ class UnitPool:
             return None
         if count == 0:
             return []
-        # Cached units will be taken (and callbacks fire): keep the vacant heap, which the
-        # reservation empties, to undo it exactly if a callback raises.
-        before = list(vacant) if count > len(vacant) else None
         tags = self._tags
         evicted: list[int] = []
-        if count <= _SMALL and len(vacant) >= count:
+        # equivalent mutants: either branch takes the same units
+        if count <= _SMALL and len(vacant) >= count:  # pragma: no mutate
             units = []
             for piece in range(count):
                 u = heapq.heappop(vacant)
@@ -424,13 +419,13 @@ class UnitPool:
             take = min(count, len(vacant))
             units = [pop(vacant) for _ in range(take)]
             for _ in range(count - take):
-                u, h = cached.popitem(last=False)
+                u, h = cached.popitem(last=False)  # pragma: no mutate (last=None is False)
                 evicted.append(h)
                 units.append(u)
-            deque(map(tags.__setitem__, units, zip(repeat(owner), range(count))), 0)
+            _consume(map(tags.__setitem__, units, zip(repeat(owner), range(count))))
         self._add_held(owner, count)
         if evicted and self.on_evict is not None:
-            undo = (units, owner, before, evicted)
+            undo = (units, owner, evicted)
             if self._defer:
                 self._deferred.extend(evicted)
                 self._undo.append(undo)
@@ -472,11 +467,11 @@ class UnitPool:
         return failed
 
     def _unreserve(self, undo: _UndoRecord) -> bool:
-        """Put a reservation's units back exactly where they were (vacant, or cached under
-        their hashes at the cold end of the LRU, in order). Only while every unit is still
+        """Put a reservation's units back where they were (vacant, or cached under their
+        hashes at the cold end of the LRU, in order). Only while every unit is still
         tagged as reserved (a callback may have released or retagged them): returns whether
         it undid anything. O(count log n)."""
-        units, owner, before, evicted = undo
+        units, owner, evicted = undo
         tags = self._tags
         if any(tags[u] != (owner, piece) for piece, u in enumerate(units)):
             return False
@@ -484,15 +479,14 @@ class UnitPool:
             tags[u] = None
         self._add_held(owner, -len(units))
         n_vacant = len(units) - len(evicted)
-        if before is not None and not self._vacant:
-            self._vacant = before  # untouched since: the exact heap
-        else:
-            for u in units[:n_vacant]:
-                heapq.heappush(self._vacant, u)
+        for u in units[:n_vacant]:
+            heapq.heappush(self._vacant, u)
         cached = self._cached
-        for u, h in zip(reversed(units[n_vacant:]), reversed(evicted), strict=True):
+        # equivalent mutants: equal lengths (the last len(evicted) units are the cached ones)
+        taken = units[n_vacant:]
+        for u, h in zip(reversed(taken), reversed(evicted), strict=True):  # pragma: no mutate
             cached[u] = h
-            cached.move_to_end(u, last=False)
+            cached.move_to_end(u, last=False)  # pragma: no mutate (last=None is False)
         return True
 
     def release_units(self, unit_ids: Any, owner: Hashable) -> None:
@@ -507,7 +501,7 @@ class UnitPool:
             WrongOwnerError: a unit is not tagged ``(owner, position)``.
             PartialReleaseError: the owner holds more units than named.
         """
-        if self._is_whole(unit_ids, owner):
+        if self._is_whole(unit_ids, owner):  # pragma: no mutate (False: the checked path)
             self._release(unit_ids, owner)
         else:
             self._release(self._validate_whole(unit_ids, owner), owner)
@@ -575,7 +569,7 @@ class UnitPool:
         self._need_owner("new_owner", new_owner)
         if self._held_by(new_owner) > 0:
             raise InvalidArgumentError(f"owner {new_owner!r} already holds units")
-        deque(map(self._tags.__setitem__, ids, zip(repeat(new_owner), range(len(ids)))), 0)
+        _consume(map(self._tags.__setitem__, ids, zip(repeat(new_owner), range(len(ids)))))
         self._add_held(old_owner, -len(ids))
         self._add_held(new_owner, len(ids))
 
@@ -607,7 +601,8 @@ class UnitPool:
             if h is not None and not is_int(h):
                 raise InvalidArgumentError(f"a prefix hash must be an int or None, got {h!r}")
         tags = self._tags
-        for u, h in zip(ids, prefix_hashes, strict=True):
+        # equivalent mutants: lengths checked equal
+        for u, h in zip(ids, prefix_hashes, strict=True):  # pragma: no mutate
             tags[u] = None
             if h is None:
                 heapq.heappush(self._vacant, u)
@@ -636,8 +631,8 @@ class UnitPool:
         for u in ids:
             if u not in self._cached:
                 raise InvalidArgumentError(f"unit {u} is not a cached free unit")
-        deque(map(self._cached.__delitem__, ids), 0)
-        deque(map(self._tags.__setitem__, ids, zip(repeat(owner), range(len(ids)))), 0)
+        _consume(map(self._cached.__delitem__, ids))
+        _consume(map(self._tags.__setitem__, ids, zip(repeat(owner), range(len(ids)))))
         self._add_held(owner, len(ids))
 
     def uncache_units(self, unit_ids: Any) -> None:
@@ -657,10 +652,10 @@ class UnitPool:
             heapq.heappush(self._vacant, u)
 
 
-#: What undoes one reservation: its units (piece order), owner, the vacant heap before it
-#: (when it took cached units, so emptied the heap) and the hashes of the cached units it
-#: took (its last ``len(hashes)`` units, in order).
-_UndoRecord = tuple[list[int], Hashable, list[int] | None, list[int]]
+#: What undoes one reservation: its units (piece order), owner and the hashes of the cached
+#: units it took (its last ``len(hashes)`` units, in order). Its vacant units go back onto
+#: the heap: the same free units, so the same units handed out next.
+_UndoRecord = tuple[list[int], Hashable, list[int]]
 
 
 def _callback_error(failed: tuple[int, Exception], undone: bool) -> EvictionCallbackError:

@@ -17,7 +17,16 @@ from test_impl_lockstep import Lockstep
 
 from pagedstate import impl as I
 from pagedstate.models import reference as R
-from pagedstate.spec import PagedStateError
+from pagedstate.spec import (
+    DuplicateUnitError,
+    EvictionCallbackError,
+    InvalidArgumentError,
+    PagedStateError,
+    PartialReleaseError,
+    StoreOwnedUnitsError,
+    WrongOwnerError,
+)
+from pagedstate.spec.types import CHECKPOINT_OWNER
 
 
 def _refusal(obj: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -289,3 +298,297 @@ def test_a_pin_on_a_copying_record_is_refused_naming_its_phase() -> None:
             store._pin(cid, "restore")
         assert (info.value.phase, info.value.event) == ("COPYING", "pin_restore")
         assert store.snapshot() == before
+
+
+# -- survivors of the full run at e247f01 (docs/mutation.md): the pool ---------------------
+
+
+def _both_pools(n: int) -> tuple[Any, Any]:
+    return R.UnitPool(n), I.UnitPool(n)
+
+
+@pytest.mark.parametrize("bad", ["4", -1, True, 2.0])
+def test_a_bad_pool_size_is_refused_with_the_reference_message(bad: Any) -> None:
+    """The message names ``num_units``, as the reference's does."""
+    expected = _outcome(lambda: R.UnitPool(bad))
+    assert expected[0] != "returned"
+    assert _outcome(lambda: I.UnitPool(bad)) == expected
+
+
+def test_an_empty_pool_is_a_pool() -> None:
+    """``num_units >= 0``: a pool of no units is accepted and has nothing free."""
+    for pool in _both_pools(0):
+        assert pool.num_free == 0
+        assert pool.has_free(0) and not pool.has_free(1)
+        assert pool.reserve_units(1, ("live-kv", 1)) is None
+
+
+def test_a_callback_that_cannot_be_called_is_refused_by_name() -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        I.UnitPool(4, on_evict=5)  # type: ignore[arg-type]
+    assert str(info.value) == "on_evict must be callable or None, got 5"
+
+
+def _cached_pool(n: int, hashes: list[int], on_evict: Any = None) -> I.UnitPool:
+    """A production pool of ``n`` units whose first ``len(hashes)`` units are cached KV
+    blocks of ``hashes`` (least recently cached first); the rest are vacant."""
+    pool = I.UnitPool(n, on_evict=on_evict)
+    units = pool.reserve_units(n, ("live-kv", 0))
+    assert units is not None
+    k = len(hashes)
+    pool.cache_units(units, ("live-kv", 0), [*hashes, *([None] * (n - k))])
+    assert pool.num_cached == k
+    return pool
+
+
+def test_cached_units_count_as_free() -> None:
+    """``has_free`` counts vacant and cached units alike (a cached block is reclaimable)."""
+    pool = _cached_pool(4, [11, 12, 13, 14])
+    assert pool.has_free(4)
+    assert not pool.has_free(5)
+    pool = _cached_pool(4, [11, 12])
+    assert pool.has_free(4) and pool.num_free == 4
+
+
+def test_a_clone_defers_its_own_evictions() -> None:
+    """A clone's ``deferred_evictions`` block holds its callbacks until the block exits,
+    on the clone's own lists: the original sees none of it."""
+    fired: list[int] = []
+    pool = _cached_pool(4, [11, 12, 13, 14], on_evict=fired.append)
+    clone = pool.clone()
+    with clone.deferred_evictions():
+        assert clone.reserve_units(2, ("live-kv", 1)) == [0, 1]
+        assert fired == []
+    assert fired == [11, 12]
+    assert pool.num_cached == 4 and clone.num_cached == 2
+    with pool.deferred_evictions():
+        assert pool.reserve_units(1, ("live-kv", 1)) == [0]
+    assert fired == [11, 12, 11]
+
+
+def test_a_clone_can_undo_a_reservation_whose_callback_raised() -> None:
+    """The clone has its own undo list: a callback that raises inside a clone's
+    ``deferred_evictions(undo_on_error=True)`` undoes the clone's reservation only."""
+
+    def boom(h: int) -> None:
+        raise ValueError(h)
+
+    pool = _cached_pool(4, [11, 12, 13, 14], on_evict=boom)
+    clone = pool.clone()
+    with pytest.raises(EvictionCallbackError) as info:
+        with clone.deferred_evictions(undo_on_error=True):
+            clone.reserve_units(2, ("live-kv", 1))
+    assert info.value.undone is True
+    assert clone.num_cached == 4 and clone.owner_of(0) is None
+    assert pool.num_cached == 4
+
+
+def test_releasing_nothing_for_an_owner_without_units_changes_nothing() -> None:
+    """An owner that holds no units releases (or retags) a whole reservation of none:
+    accepted, as by the reference, and the owners' counts stay right."""
+    for pool in _both_pools(4):
+        pool.release_units([], ("live-kv", 3))
+        pool.rekey_units([], ("live-kv", 3), ("live-kv", 4))
+        assert pool.num_free == 4
+        assert pool.reserve_units(1, ("live-kv", 3)) == [0]
+        assert pool.reserve_units(1, ("live-kv", 4)) == [1]
+
+
+def test_releasing_nothing_for_an_owner_with_units_is_partial() -> None:
+    r, i = _both_pools(4)
+    for pool in (r, i):
+        pool.reserve_units(2, ("live-kv", 1))
+    got = _outcome(lambda: i.release_units([], ("live-kv", 1)))
+    assert got[0] is PartialReleaseError
+    assert got == _outcome(lambda: r.release_units([], ("live-kv", 1)))
+    assert i.num_free == 2
+
+
+def test_releasing_nothing_for_no_owner_is_refused() -> None:
+    r, i = _both_pools(4)
+    got = _outcome(lambda: i.release_units([], None))
+    assert got[0] is InvalidArgumentError
+    assert got == _outcome(lambda: r.release_units([], None))
+
+
+def _refused_alike(n: int, count: int, ids: list[Any], error: type) -> None:
+    """In a pool of ``n`` units whose owner holds units ``0 .. count - 1``,
+    ``release_units(ids)`` is refused with ``error`` and the reference's message, and
+    nothing changed; the right ids are then accepted."""
+    r, i = _both_pools(n)
+    owner = ("live-kv", 7)
+    for pool in (r, i):
+        assert pool.reserve_units(count, owner) == list(range(count))
+    before = i.snapshot_parts()
+    got = _outcome(lambda: i.release_units(ids, owner))
+    assert got[0] is error
+    assert got == _outcome(lambda: r.release_units(ids, owner))
+    assert i.snapshot_parts() == before
+    i.release_units(list(range(count)), owner)
+    assert i.num_free == n
+
+
+def test_release_naming_the_unit_past_the_pool_is_the_wrong_owner() -> None:
+    """Unit ``num_units`` does not exist: WrongOwner (it is nobody's piece), not an
+    IndexError, on the small and the bulk fast paths."""
+    _refused_alike(4, 1, [4], WrongOwnerError)
+    _refused_alike(12, 12, [*range(11), 12], WrongOwnerError)
+
+
+def test_release_naming_a_piece_twice_is_refused() -> None:
+    """Units [0, 1, 1] of a three-unit reservation: the repeat is refused, even though
+    the count matches and 0 and 1 are the right first pieces."""
+    _refused_alike(4, 3, [0, 1, 1], DuplicateUnitError)
+    _refused_alike(12, 12, [*range(11), 10], DuplicateUnitError)
+
+
+@pytest.mark.parametrize("bad", [-1, True])
+def test_bulk_release_refuses_an_id_that_aliases_a_held_unit(bad: Any) -> None:
+    """On the bulk path (more than ``_SMALL`` units): -1 would index the tag list from its
+    end (the owner's last unit, 11) and ``True`` is unit 1; both are refused."""
+    ids: list[Any] = list(range(12))
+    if bad is True:
+        ids[1] = True
+    else:
+        ids[11] = -1
+    _refused_alike(12, 12, ids, InvalidArgumentError)
+
+
+@pytest.mark.parametrize("n", [2, 12])
+def test_release_through_a_list_subclass_frees_the_owner(n: int) -> None:
+    """A list subclass takes the validating path; the release still frees the units and
+    the owner's count, so the owner can reserve again, and dirties a store owner's units."""
+
+    class Ids(list):  # type: ignore[type-arg]
+        pass
+
+    pool = I.UnitPool(16)
+    units = pool.reserve_units(n, ("live-kv", 1))
+    pool.release_units(Ids(units), ("live-kv", 1))
+    assert pool.num_free == 16 and not pool.dirty_units()
+    assert pool.reserve_units(n, ("live-kv", 1)) == units
+    owner = (CHECKPOINT_OWNER, 5)
+    with pool._as_store():
+        got = pool.reserve_units(1, owner)
+        assert got is not None
+        pool.release_units(Ids(got), owner)
+        assert pool.dirty_units() == frozenset(got)
+        assert pool.reserve_units(1, owner) == got
+
+
+def test_a_callback_may_not_use_store_owners() -> None:
+    """Store owners are refused inside ``on_evict`` (the engine's code), however the
+    reservation that fired it was made."""
+    refused: list[object] = []
+    pool: I.UnitPool
+
+    def grab(h: int) -> None:
+        try:
+            pool.reserve_units(1, (CHECKPOINT_OWNER, h))
+        except StoreOwnedUnitsError as exc:
+            refused.append(exc)
+
+    pool = _cached_pool(4, [11, 12, 13, 14], on_evict=grab)
+    assert pool.reserve_units(1, ("live-kv", 1)) == [0]
+    assert len(refused) == 1
+    with pool._as_store():
+        assert pool.reserve_units(1, (CHECKPOINT_OWNER, 99)) == [1]
+    assert len(refused) == 2
+
+
+def test_raw_state_units_cannot_be_cached_and_the_message_says_so() -> None:
+    pool = I.UnitPool(4)
+    owner = (CHECKPOINT_OWNER, 1)
+    with pool._as_store():
+        units = pool.reserve_units(1, owner)
+        with pytest.raises(InvalidArgumentError) as info:
+            pool.cache_units(units, owner, [5])
+    assert str(info.value) == (
+        f"units of {owner!r} hold raw state, not KV: release them with release_units"
+    )
+
+
+def test_a_prefix_hash_that_is_not_an_int_is_named() -> None:
+    pool = I.UnitPool(4)
+    units = pool.reserve_units(2, ("live-kv", 1))
+    with pytest.raises(InvalidArgumentError) as info:
+        pool.cache_units(units, ("live-kv", 1), [5, "x"])
+    assert str(info.value) == "a prefix hash must be an int or None, got 'x'"
+
+
+def test_uncaching_a_unit_that_is_not_cached_names_it() -> None:
+    pool = _cached_pool(4, [11])
+    with pytest.raises(InvalidArgumentError) as info:
+        pool.uncache_units([0, 2])
+    assert str(info.value) == "unit 2 is not a cached free unit"
+    assert pool.num_cached == 1
+
+
+def test_an_eviction_error_names_the_callbacks_exception() -> None:
+    def boom(h: int) -> None:
+        raise KeyError(h)
+
+    pool = _cached_pool(4, [11, 12, 13, 14], on_evict=boom)
+    with pytest.raises(EvictionCallbackError) as info:
+        pool.reserve_units(1, ("live-kv", 1))
+    assert str(info.value).startswith("on_evict(11) raised KeyError: 11; ")
+    assert info.value.undone is True
+
+
+def test_nested_deferrals_fire_when_the_outermost_exits() -> None:
+    fired: list[int] = []
+    pool = _cached_pool(4, [11, 12, 13, 14], on_evict=fired.append)
+    with pool.deferred_evictions():
+        with pool.deferred_evictions():
+            pool.reserve_units(1, ("live-kv", 1))
+        assert fired == []
+        with pool.deferred_evictions():
+            pass
+        assert fired == []
+        pool.reserve_units(1, ("live-kv", 2))
+        assert fired == []
+    assert fired == [11, 12]
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_an_engine_deferral_keeps_its_reservations_when_a_callback_raises(
+    explicit: bool,
+) -> None:
+    """Without ``undo_on_error`` (the default) the block's reservations stand and the
+    error says so (``undone`` is exactly False)."""
+
+    def boom(h: int) -> None:
+        raise ValueError(h)
+
+    pool = _cached_pool(4, [11, 12, 13, 14], on_evict=boom)
+    block = pool.deferred_evictions(undo_on_error=False) if explicit else pool.deferred_evictions()
+    with pytest.raises(EvictionCallbackError) as info:
+        with block:
+            assert pool.reserve_units(2, ("live-kv", 1)) == [0, 1]
+    assert info.value.undone is False
+    assert pool.owner_of(0) == (("live-kv", 1), 0) and pool.num_cached == 2
+
+
+def test_retagging_onto_an_owner_holding_one_unit_is_refused() -> None:
+    r, i = _both_pools(4)
+    for pool in (r, i):
+        pool.reserve_units(1, ("live-kv", 1))
+        pool.reserve_units(1, ("live-kv", 2))
+    got = _outcome(lambda: i.rekey_units([0], ("live-kv", 1), ("live-kv", 2)))
+    assert got[0] is InvalidArgumentError
+    assert got == _outcome(lambda: r.rekey_units([0], ("live-kv", 1), ("live-kv", 2)))
+
+
+def test_slot_pool_refusals_carry_the_reference_message() -> None:
+    r, i = R.SlotPool([3, 4]), I.SlotPool([3, 4])
+    for pool in (r, i):
+        assert pool.pop() == 3
+    for call in (lambda p: p.release(9), lambda p: p.release(4), lambda p: p.release(3.5)):
+        got = _outcome(lambda call=call: call(i))
+        assert got[0] is InvalidArgumentError
+        assert got == _outcome(lambda call=call: call(r))
+    for pool in (r, i):
+        assert pool.pop() == 4
+    got = _outcome(i.pop)
+    assert got[0] is InvalidArgumentError
+    assert got == _outcome(r.pop)
