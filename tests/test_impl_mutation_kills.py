@@ -592,3 +592,288 @@ def test_slot_pool_refusals_carry_the_reference_message() -> None:
     got = _outcome(i.pop)
     assert got[0] is InvalidArgumentError
     assert got == _outcome(r.pop)
+
+
+# -- survivors of the full run at e247f01 (docs/mutation.md): the store --------------------
+
+
+def _stores(pool_size: int = 16, **kwargs: Any) -> tuple[Any, Any]:
+    """A reference and a production store over pools of ``pool_size`` units, one-unit
+    images."""
+    from conftest import spec
+
+    return (
+        R.PageUnitCheckpointStore(R.UnitPool(pool_size), spec(10, 10), **kwargs),
+        I.PageUnitCheckpointStore(I.UnitPool(pool_size), spec(10, 10), **kwargs),
+    )
+
+
+def _stored(store: Any, *hashes: int) -> Any:
+    for h in hashes:
+        assert store.begin_store(h, 0) is not None
+        store.complete_inflight()
+    return store
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"spec": "not a spec"},
+        {"offload_backlog_cap": "8"},
+        {"offload_backlog_cap": 0},
+        {"forfeit_bound": 1.0},
+        {"forfeit_bound": 0},
+        {"change_log_size": None},
+        {"change_log_size": 0},
+    ],
+)
+def test_a_bad_store_argument_is_refused_with_the_reference_message(kwargs: Any) -> None:
+    from conftest import spec
+
+    def build(models: Any) -> Any:
+        args = {"spec": spec(10, 10), **kwargs}
+        return models.PageUnitCheckpointStore(models.UnitPool(4), **args)
+
+    expected = _outcome(lambda: build(R))
+    assert expected[0] is InvalidArgumentError
+    assert _outcome(lambda: build(I)) == expected
+
+
+def test_a_change_log_of_one_change_is_allowed_and_bounds_clones() -> None:
+    """``change_log_size=1`` is the smallest log; a clone keeps the same bound (an older
+    generation is then unknown, ``None``, in the clone as in the original)."""
+    for store in _stores(change_log_size=1):
+        _stored(store, 1)
+        g = store.generation
+        clone = store.clone()
+        _stored(clone, 2, 3)
+        assert clone.changed_since(g + 1) == {3}
+        assert clone.changed_since(g) is None
+        assert store.changed_since(g) == set()
+
+
+def test_a_clone_over_a_given_pool_uses_that_pool() -> None:
+    for store in _stores():
+        _stored(store, 1)
+        pool = store.pool.clone()
+        clone = store.clone(pool)
+        assert clone.pool is pool
+        assert clone.clone().pool is not pool
+
+
+def test_the_default_clock_stamps_offload_pins() -> None:
+    """With no ``clock``, offload pins are stamped by ``time.monotonic``."""
+    import time
+
+    before = time.monotonic()
+    for store in _stores(offload_sink=True):
+        _stored(store, 1)
+        got = store.acquire_checkpoint_source(1)
+        assert got is not None
+        pinned_at = store.snapshot().offload_pins[got[0]].pinned_at
+        assert before <= pinned_at <= time.monotonic()
+
+
+@pytest.mark.parametrize("subclass", [False, True])
+def test_a_store_reservation_stands_when_a_callback_raises(subclass: bool) -> None:
+    """``begin_store`` (SPEC A.4, G8): a failing ``on_evict`` leaves the reservation and
+    the COPYING record in place, ``undone`` exactly False, over a ``UnitPool`` and over a
+    subclass of it (the store's general path)."""
+    from conftest import spec
+
+    class Sub(I.UnitPool):
+        pass
+
+    def boom(h: int) -> None:
+        raise ValueError(h)
+
+    pool = (Sub if subclass else I.UnitPool)(2, on_evict=boom)
+    units = pool.reserve_units(2, ("live-kv", 0))
+    pool.cache_units(units, ("live-kv", 0), [11, 12])
+    store = I.PageUnitCheckpointStore(pool, spec(10, 10))
+    with pytest.raises(EvictionCallbackError) as info:
+        store.begin_store(5, 0)
+    assert info.value.undone is False
+    assert store.snapshot().pending == {5: 0}
+    assert pool.owner_of(0) == ((CHECKPOINT_OWNER, 0), 0)
+
+
+class _BarePool:
+    """A unit pool with only the protocol's calls (no ``_as_store``, ``deferred_evictions``
+    or ``cached_units``): a reference pool that always grants store access."""
+
+    def __init__(self, n: int) -> None:
+        self._pool = R.UnitPool(n)
+        self._pool._as_store().__enter__()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name == "cached_units":
+            raise AttributeError(name)
+        return getattr(self._pool, name)
+
+
+@pytest.mark.parametrize("pool_kind", ["reference", "bare"])
+def test_the_store_runs_over_a_pool_of_another_class(pool_kind: str) -> None:
+    """A pool that is not ``impl.UnitPool`` is driven through its public calls only: store,
+    publish, restore, evict, unindex and snapshot, in step with the reference."""
+    from conftest import spec
+
+    pool: Any = R.UnitPool(2) if pool_kind == "reference" else _BarePool(2)
+    store = I.PageUnitCheckpointStore(pool, spec(10, 10))
+    ref = R.PageUnitCheckpointStore(R.UnitPool(2), spec(10, 10))
+    for s in (store, ref):
+        _stored(s, 1, 2, 3)  # 3 evicts 1
+        assert s.evictions == 1 and s.lookup(1) == -1
+        assert s.unindex(2)
+    assert pool.num_free == 1
+    assert store.snapshot() == ref.snapshot()
+
+
+def _clock_store(models: Any) -> tuple[Any, Any]:
+    from conftest import FakeClock, spec
+
+    clock = FakeClock(10.0)
+    store = models.PageUnitCheckpointStore(
+        models.UnitPool(16), spec(10, 10), offload_sink=True, clock=clock
+    )
+    return store, clock
+
+
+def test_reclaim_after_the_clock_stepped_back_finds_every_stale_pin() -> None:
+    """Pins taken at 10, then 5 (the clock stepped back), then 7: pin order is no longer
+    time order, so reclaim reads them all. At 12 with a 7 s timeout only the pin of 5 is
+    stale (at the boundary); after it is gone and the pin of 10 settled, at 13 with a 6 s
+    timeout the pin of 7 is stale. As the reference."""
+    answers = []
+    for models in (R, I):
+        store, clock = _clock_store(models)
+        _stored(store, 1, 2, 3)
+        ops = []
+        for t in (10.0, 5.0, 7.0):
+            clock.t = t
+            got = store.take_offload_stores(len(ops) + 1)
+            assert len(got) == 1
+            ops.append(got[0][0])
+        clock.t = 12.0
+        first = store.reclaim_stale_offload_pins(7)
+        reclaimed = [store.was_reclaimed(op) for op in ops]
+        store.settle_offload_store(ops[0])
+        clock.t = 13.0
+        second = store.reclaim_stale_offload_pins(6)
+        answers.append((first, reclaimed, second, [store.was_reclaimed(op) for op in ops]))
+    assert answers[0] == answers[1]
+    assert answers[1] == (1, [False, True, False], 1, [False, True, True])
+
+
+def test_a_retired_pin_keeps_reclaim_reading_out_of_order_pins() -> None:
+    """Pins at 10, 5, 7; the pin of 5 is settled. The two left (10, then 7) are still out
+    of time order: at 13 with a 6 s timeout the pin of 7 is stale, not hidden behind 10."""
+    answers = []
+    for models in (R, I):
+        store, clock = _clock_store(models)
+        _stored(store, 1, 2, 3)
+        ops = []
+        for t in (10.0, 5.0, 7.0):
+            clock.t = t
+            ops.append(store.take_offload_stores(len(ops) + 1)[0][0])
+        store.settle_offload_store(ops[1])
+        clock.t = 13.0
+        answers.append((store.reclaim_stale_offload_pins(6), store.was_reclaimed(ops[2])))
+    assert answers == [(1, True), (1, True)]
+
+
+def test_a_restored_record_is_the_most_recently_used() -> None:
+    """Restoring 1 makes it more recent than 2: room for 3 evicts 2, then 1."""
+    for store in _stores(2):
+        _stored(store, 1, 2)
+        for _ in range(3):
+            assert store.begin_restore(1, 0) is not None
+            store.take_restore_ops()
+            store.complete_inflight()
+        _stored(store, 3)
+        assert (store.lookup(1) >= 0, store.lookup(2)) == (True, -1)
+        _stored(store, 4)
+        assert store.lookup(1) == -1 and store.lookup(3) >= 0
+
+
+def test_eviction_order_survives_victim_heap_compaction() -> None:
+    """Many pin / unpin cycles on one record grow the victim heap past its bound, so it is
+    rebuilt from the LRU: the rebuilt heap still holds every evictable record, in LRU
+    order (2 is evicted first, then 1), as in the reference."""
+    for store in _stores(3):
+        _stored(store, 1, 2)
+        for _ in range(40):
+            assert store.begin_restore(1, 0) is not None
+            store.take_restore_ops()
+            store.complete_inflight()
+        _stored(store, 3, 4)
+        assert store.evictions == 1
+        assert store.lookup(1) >= 0 and store.lookup(2) == -1
+        _stored(store, 5)
+        assert store.lookup(1) == -1 and store.lookup(3) >= 0
+
+
+def test_a_pinned_protected_record_is_not_discounted() -> None:
+    """``has_available_units``: the protected record is discounted only when it could be
+    evicted; a pinned one is not evictable anyway."""
+    for store in _stores(2):
+        _stored(store, 1, 2)
+        assert store.begin_restore(1, 0) is not None
+        assert store.has_available_units(1, protected_hash=1)
+        assert not store.has_available_units(1, protected_hash=2)
+        assert not store.has_available_units(2, protected_hash=1)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        ("begin_store", ("x", -1), {}),
+        ("begin_restore", ("x", -1), {}),
+        ("acquire_checkpoint_source", ("x",), {"max_inflight": -1}),
+        ("acquire_checkpoint_source", ("x",), {"max_inflight": 0}),
+        ("adopt_units", ((), ("live-kv", 1), "x"), {}),
+    ],
+)
+def test_a_bad_prefix_hash_is_named_first(call: Any) -> None:
+    """The prefix hash is checked before the other arguments (and before ``max_inflight``
+    can answer None), as in the reference."""
+    name, args, kwargs = call
+    r, i = _stores()
+    expected = _outcome(lambda: getattr(r, name)(*args, **kwargs))
+    assert expected[0] is InvalidArgumentError and "prefix_hash" in expected[1]
+    assert _outcome(lambda: getattr(i, name)(*args, **kwargs)) == expected
+
+
+def test_restore_rows_name_the_checkpoint_and_the_slot() -> None:
+    """``on_transition``'s subject for restore rows is ``(checkpoint id, slot)``: taking,
+    cancelling and suspending a queued restore."""
+    store = _stored(_stores()[1], 1)
+    cid = store.lookup(1)
+    seen: list[tuple[str, str, object]] = []
+    store.on_transition = lambda machine, row, subject: seen.append(
+        (machine, row.event, subject)
+    )
+    for slot in (0, 1, 2):
+        assert store.begin_restore(1, slot) is not None
+    store.cancel_queued_restore(1)
+    assert store.suspend_queued_restore(2) is not None
+    store.take_restore_ops()
+    restore_rows = [(e, s) for m, e, s in seen if m == "restore"]
+    assert ("cancel", (cid, 1)) in restore_rows
+    assert ("suspend", (cid, 2)) in restore_rows
+    assert ("take", (cid, 0)) in restore_rows
+
+
+def test_a_pin_taken_through_pin_is_a_restore_pin_on_the_record() -> None:
+    """``_pin`` on a READY record applies the pin row to that record (counted, reported
+    with the record's id) and ``_unpin`` undoes it."""
+    store = _stored(_stores()[1], 1)
+    cid = store.lookup(1)
+    seen: list[object] = []
+    store.on_transition = lambda machine, row, subject: seen.append((machine, subject))
+    store._pin(cid, "restore")
+    assert store.snapshot().records[cid].pin_count == 1
+    assert seen == [("record", cid)]
+    assert not store.has_available_units(17)
+    store._unpin(cid, "restore")
+    assert store.snapshot().records[cid].pin_count == 0
