@@ -877,3 +877,54 @@ def test_a_pin_taken_through_pin_is_a_restore_pin_on_the_record() -> None:
     assert not store.has_available_units(17)
     store._unpin(cid, "restore")
     assert store.snapshot().records[cid].pin_count == 0
+
+
+def test_an_owner_holding_units_cannot_claim_cached_ones() -> None:
+    """G9, one reservation per owner: claiming cached units is a reservation too, refused
+    with ``reserve_units``' message."""
+    pool = _cached_pool(4, [11, 12])
+    assert pool.reserve_units(1, ("live-kv", 1)) == [2]
+    expected = _outcome(lambda: pool.reserve_units(1, ("live-kv", 1)))
+    assert expected[0] is InvalidArgumentError
+    assert _outcome(lambda: pool.claim_cached_units([0], ("live-kv", 1))) == expected
+    assert pool.num_cached == 2
+
+
+def _leased(models: Any) -> tuple[Any, Any, int]:
+    """A store of ``models`` with checkpoint 1 READY and a suspended restore of it into
+    slot 1: ``(store, lease, checkpoint id)``."""
+    from conftest import spec
+
+    store = _stored(models.PageUnitCheckpointStore(models.UnitPool(4), spec(10, 10)), 1)
+    assert store.begin_restore(1, 1) is not None
+    lease = store.suspend_queued_restore(1)
+    assert lease is not None
+    return store, lease, lease.checkpoint_id
+
+
+@pytest.mark.parametrize("fault", ["no record", "no pin", "queued", "in flight"])
+def test_resume_refuses_a_lost_pin_or_a_busy_slot_with_the_reference_message(
+    fault: str,
+) -> None:
+    """SPEC B.3 row 8's guards on ``resume_suspended_restore``. The public calls cannot
+    reach them (the lease holds the pin; a slot with a suspended restore takes no other),
+    so each fault is planted in both models' private state, the same way."""
+    got = []
+    for models in (R, I):
+        store, lease, cid = _leased(models)
+        if fault == "no record":
+            del store.records[cid]
+        elif fault == "no pin":
+            store.records[cid].pin_count = 0
+        elif models is R:
+            where = store._queued_restores if fault == "queued" else store._inflight_restores
+            where.append((cid, lease.op))
+        elif fault == "queued":
+            store._queued_restores[lease.op.dst_slot] = (cid, lease.op)
+        else:
+            store._inflight_slots.add(lease.op.dst_slot)
+        got.append(_outcome(lambda s=store, le=lease: s.resume_suspended_restore(le)))
+    from pagedstate.spec import SlotBusyError, SourcePinLostError
+
+    assert got[0][0] is (SourcePinLostError if fault.startswith("no") else SlotBusyError)
+    assert got[1] == got[0]
