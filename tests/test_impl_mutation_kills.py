@@ -928,3 +928,48 @@ def test_resume_refuses_a_lost_pin_or_a_busy_slot_with_the_reference_message(
 
     assert got[0][0] is (SourcePinLostError if fault.startswith("no") else SlotBusyError)
     assert got[1] == got[0]
+
+
+@pytest.mark.parametrize("state", ["nothing nominated", "at max_inflight"])
+def test_offload_takes_read_the_clock_only_when_they_take(state: str) -> None:
+    """``take_offload_stores`` reads the clock only when it will pin a nominee: with
+    nothing nominated, or with ``max_inflight`` pins already out, a broken clock is never
+    called and the answer is ``[]``, as in the reference."""
+    from conftest import spec
+
+    class Broken(Exception):
+        pass
+
+    def clock() -> float:
+        if broken:
+            raise Broken
+        return 5.0
+
+    for models in (R, I):
+        broken = False
+        store = models.PageUnitCheckpointStore(
+            models.UnitPool(8), spec(10, 10), offload_sink=True, clock=clock
+        )
+        _stored(store, 1)
+        if state == "at max_inflight":
+            _stored(store, 2)
+            assert len(store.take_offload_stores(1)) == 1
+        else:
+            assert len(store.take_offload_stores(1)) == 1
+            assert not store.store_backlog
+        broken = True
+        assert store.take_offload_stores(1 if state == "at max_inflight" else 2) == []
+
+
+def test_an_unpin_underflow_names_the_checkpoint_and_kind() -> None:
+    """``_unpin`` of an unpinned record (unreachable through the public calls: every unpin
+    follows its pin) raises PinUnderflow with the reference's message."""
+    got = []
+    for store in _stores():
+        _stored(store, 1)
+        cid = store.lookup(1)
+        got.append(_outcome(lambda s=store, c=cid: s._unpin(c, "offload")))
+    from pagedstate.spec import PinUnderflowError
+
+    assert got[0][0] is PinUnderflowError
+    assert got[1] == got[0]
