@@ -973,3 +973,46 @@ def test_an_unpin_underflow_names_the_checkpoint_and_kind() -> None:
 
     assert got[0][0] is PinUnderflowError
     assert got[1] == got[0]
+
+
+def test_an_owner_holding_units_cannot_reserve_again() -> None:
+    """G9, one reservation per owner, in both pools: the class and message match."""
+    r, i = _both_pools(4)
+    for pool in (r, i):
+        assert pool.reserve_units(1, ("live-kv", 1)) == [0]
+    got = _outcome(lambda: i.reserve_units(1, ("live-kv", 1)))
+    assert got[0] is InvalidArgumentError
+    assert got == _outcome(lambda: r.reserve_units(1, ("live-kv", 1)))
+    assert i.num_free == 3
+
+
+def test_a_clock_that_cannot_be_called_is_refused_with_the_reference_message() -> None:
+    from conftest import spec
+
+    got = [
+        _outcome(lambda m=m: m.PageUnitCheckpointStore(m.UnitPool(4), spec(10, 10), clock=5))
+        for m in (R, I)
+    ]
+    assert got[0][0] is InvalidArgumentError
+    assert got[1] == got[0]
+
+
+def test_a_pool_that_refuses_a_store_leaves_the_checkpoint_id_unused() -> None:
+    """A pool of another class may refuse a reservation although it reported free units:
+    ``begin_store`` answers None and the next store takes checkpoint id 0."""
+    from conftest import spec
+
+    class Refusing(_BarePool):
+        refuse = True
+
+        def reserve_units(self, count: int, owner: Any) -> Any:
+            if self.refuse:
+                return None
+            return self._pool.reserve_units(count, owner)
+
+    pool = Refusing(4)
+    store = I.PageUnitCheckpointStore(pool, spec(10, 10))  # type: ignore[arg-type]
+    assert store.begin_store(1, 0) is None
+    pool.refuse = False
+    assert store.begin_store(1, 0) is not None
+    assert store.snapshot().pending == {1: 0}
