@@ -519,8 +519,7 @@ class PageUnitCheckpointStore:
             self._push_victim(cid, rec)
         if row.units == "release":
             self._release_record(cid)
-        # equivalent mutants: _took re-checks
-        if self.row_sink is not None or self.on_transition is not None:  # pragma: no mutate
+        if self.row_sink is not None or self.on_transition is not None:
             self._took(T.RECORD, row, cid)
 
     def _release_record(self, cid: int) -> None:
@@ -970,7 +969,7 @@ class PageUnitCheckpointStore:
             rec_ops = self._reclaimable
             if rec_ops:
                 last = self._offload_pins[next(reversed(rec_ops))].pinned_at
-                if not now >= last:  # pragma: no mutate (False only makes reclaim read every pin)
+                if not now >= last:
                     self._reclaim_in_order = False
             rec_ops[op] = None  # pragma: no mutate (an ordered set: values unread)
         self._took(T.OFFLOAD, orow, op)

@@ -765,6 +765,21 @@ def test_reclaim_after_the_clock_stepped_back_finds_every_stale_pin() -> None:
     assert answers[1] == (1, [False, True, False], 1, [False, True, True])
 
 
+def test_a_second_pin_older_than_the_first_is_found_by_reclaim() -> None:
+    """Two pins, at 10 and then 5 (the clock stepped back): at 12 with a 7 s timeout the
+    pin of 5 is stale although the pin before it is not, as in the reference."""
+    for models in (R, I):
+        store, clock = _clock_store(models)
+        _stored(store, 1, 2)
+        ops = []
+        for t in (10.0, 5.0):
+            clock.t = t
+            ops.append(store.take_offload_stores(len(ops) + 1)[0][0])
+        clock.t = 12.0
+        assert store.reclaim_stale_offload_pins(7) == 1
+        assert [store.was_reclaimed(op) for op in ops] == [False, True]
+
+
 def test_a_retired_pin_keeps_reclaim_reading_out_of_order_pins() -> None:
     """Pins at 10, 5, 7; the pin of 5 is settled. The two left (10, then 7) are still out
     of time order: at 13 with a 6 s timeout the pin of 7 is stale, not hidden behind 10."""
