@@ -95,6 +95,8 @@ from ._args import is_dirtying, is_int, need_hashable, need_int
 
 __all__ = ["UnitPool", "SlotPool", "KVBlockPool", "EvictionCallback"]
 
+#: Runs an iterator to its end at C speed, keeping nothing (a deque of maxlen 0).
+_consume: Callable[[Iterable[object]], None] = deque[object](maxlen=0).extend
 
 #: ``on_evict(prefix_hash)``: a reservation overwrote the cached KV block of ``prefix_hash``.
 EvictionCallback = Callable[[int], None]
@@ -145,7 +147,7 @@ def _ids_list(unit_ids: Any) -> tuple[int, ...]:
         raise InvalidArgumentError(f"unit_ids must be a list or tuple, got {type(unit_ids)!r}")
     ids = tuple(unit_ids)
     for u in ids:
-        if type(u) is not int or u < 0:
+        if type(u) is not int or u < 0:  # pragma: no mutate (need_int re-checks)
             need_int("unit id", u, 0)
     if len(set(ids)) != len(ids):
         raise DuplicateUnitError(f"unit ids repeat: {list(ids)}")
@@ -232,12 +234,12 @@ class UnitPool:
         Raises:
             InvalidArgumentError: ``n`` is not a non-negative int.
         """
-        if type(n) is not int or n < 0:
+        if type(n) is not int or n < 0:  # pragma: no mutate (need_int re-checks)
             need_int("n", n, 0)
         return len(self._vacant) + len(self._cached) >= n
 
     def _need_unit(self, unit: int) -> None:
-        if type(unit) is not int or unit < 0:
+        if type(unit) is not int or unit < 0:  # pragma: no mutate (need_int re-checks)
             need_int("unit id", unit, 0)
         if unit >= self.num_units:
             raise InvalidArgumentError(f"unit {unit} is outside the pool of {self.num_units}")
@@ -290,19 +292,14 @@ class UnitPool:
 
     # -- per-owner counts ---------------------------------------------------------------
 
+    # Every owner that reaches these two is hashable: the public calls check it first
+    # (``_need_owner``) and the store's owners are ``(kind, int)`` tuples.
+
     def _held_by(self, owner: Hashable) -> int:
-        try:
-            return self._held.get(owner, 0)
-        except TypeError:
-            # An unhashable owner (outside SPEC A.3, which asks for hashable ones, but the
-            # reference accepts it): counted by a walk, only for such owners.
-            return sum(1 for t in self._tags if t is not None and t[0] == owner)
+        return self._held.get(owner, 0)
 
     def _add_held(self, owner: Hashable, n: int) -> None:
-        try:
-            left = self._held.get(owner, 0) + n
-        except TypeError:
-            return
+        left = self._held.get(owner, 0) + n
         if left:
             self._held[owner] = left
         else:
@@ -363,7 +360,7 @@ class UnitPool:
                 f"unit_ids must be an iterable of unit ids, got {unit_ids!r}"
             ) from exc
         for u in ids:
-            if type(u) is not int or u < 0:
+            if type(u) is not int or u < 0:  # pragma: no mutate (need_int re-checks)
                 need_int("unit id", u, 0)
             if u >= self.num_units:
                 raise InvalidArgumentError(f"unit {u} is outside the pool of {self.num_units}")
@@ -385,7 +382,7 @@ class UnitPool:
                 a ``deferred_evictions()`` block the reservation is undone first, so nothing
                 changed (what the callbacks did is the engine's).
         """
-        if type(count) is not int or count < 0:
+        if type(count) is not int or count < 0:  # pragma: no mutate (need_int re-checks)
             need_int("count", count, 0)
         if owner is None:
             raise InvalidArgumentError("a reservation needs an owner, got None")
@@ -405,15 +402,13 @@ class UnitPool:
             return None
         if count == 0:
             return []
-        # Cached units will be taken (and callbacks fire): keep the vacant heap, which the
-        # reservation empties, to undo it exactly if a callback raises.
-        before = list(vacant) if count > len(vacant) else None
         tags = self._tags
         pop = heapq.heappop
         evicted: list[int] = []
         # Plain loops: on CPython they beat map/deque passes over slot wrappers such as
-        # ``tags.__setitem__`` at every reservation size.
-        if len(vacant) >= count:
+        # ``tags.__setitem__`` at every reservation size. Equivalent mutants: with exactly
+        # ``count`` vacant units the other branch takes the same units.
+        if len(vacant) >= count:  # pragma: no mutate
             units = []
             for piece in range(count):
                 u = pop(vacant)
@@ -422,18 +417,15 @@ class UnitPool:
         else:
             units = [pop(vacant) for _ in range(len(vacant))]
             for _ in range(count - len(units)):
-                u, h = cached.popitem(last=False)
+                u, h = cached.popitem(last=False)  # pragma: no mutate (last=None is False)
                 evicted.append(h)
                 units.append(u)
             for piece, u in enumerate(units):
                 tags[u] = (owner, piece)
-        held = self._held
-        try:  # _add_held(owner, count), inline (count > 0)
-            held[owner] = held.get(owner, 0) + count
-        except TypeError:
-            pass  # an unhashable owner is counted by a walk (_held_by)
+        held = self._held  # _add_held(owner, count), inline (count > 0)
+        held[owner] = held.get(owner, 0) + count
         if evicted and self.on_evict is not None:
-            undo = (units, owner, before, evicted)
+            undo = (units, owner, evicted)
             if self._defer:
                 self._deferred.extend(evicted)
                 self._undo.append(undo)
@@ -475,11 +467,11 @@ class UnitPool:
         return failed
 
     def _unreserve(self, undo: _UndoRecord) -> bool:
-        """Put a reservation's units back exactly where they were (vacant, or cached under
-        their hashes at the cold end of the LRU, in order). Only while every unit is still
+        """Put a reservation's units back where they were (vacant, or cached under their
+        hashes at the cold end of the LRU, in order). Only while every unit is still
         tagged as reserved (a callback may have released or retagged them): returns whether
         it undid anything. O(count log n)."""
-        units, owner, before, evicted = undo
+        units, owner, evicted = undo
         tags = self._tags
         if any(tags[u] != (owner, piece) for piece, u in enumerate(units)):
             return False
@@ -487,15 +479,14 @@ class UnitPool:
             tags[u] = None
         self._add_held(owner, -len(units))
         n_vacant = len(units) - len(evicted)
-        if before is not None and not self._vacant:
-            self._vacant = before  # untouched since: the exact heap
-        else:
-            for u in units[:n_vacant]:
-                heapq.heappush(self._vacant, u)
+        for u in units[:n_vacant]:
+            heapq.heappush(self._vacant, u)
         cached = self._cached
-        for u, h in zip(reversed(units[n_vacant:]), reversed(evicted), strict=True):
+        # equivalent mutants: equal lengths (the last len(evicted) units are the cached ones)
+        taken = units[n_vacant:]
+        for u, h in zip(reversed(taken), reversed(evicted), strict=True):  # pragma: no mutate
             cached[u] = h
-            cached.move_to_end(u, last=False)
+            cached.move_to_end(u, last=False)  # pragma: no mutate (last=None is False)
         return True
 
     def release_units(self, unit_ids: Any, owner: Hashable) -> None:
@@ -510,7 +501,7 @@ class UnitPool:
             WrongOwnerError: a unit is not tagged ``(owner, position)``.
             PartialReleaseError: the owner holds more units than named.
         """
-        if self._is_whole(unit_ids, owner):
+        if self._is_whole(unit_ids, owner):  # pragma: no mutate (False: the checked path)
             self._release(unit_ids, owner)
         else:
             self._release(self._validate_whole(unit_ids, owner), owner)
@@ -529,10 +520,7 @@ class UnitPool:
         if isinstance(owner, tuple) and len(owner) == 2 and owner[0] in _STORE_KINDS:
             self._dirty.update(ids)
         held = self._held
-        try:
-            left = held.get(owner, 0) - len(ids)
-        except TypeError:
-            return  # an unhashable owner is counted by a walk (_held_by)
+        left = held.get(owner, 0) - len(ids)
         if left:
             held[owner] = left
         else:
@@ -541,10 +529,14 @@ class UnitPool:
     def _is_whole(self, unit_ids: Any, owner: Hashable) -> bool:
         """Fast check that ``unit_ids`` is exactly ``owner``'s whole reservation in piece
         order; False sends the caller to :meth:`_validate_whole`, which names what is
-        wrong. O(k), one plain loop (faster than C-level map passes, see ``_reserve``)."""
-        if type(unit_ids) is not list and type(unit_ids) is not tuple:
+        wrong. O(k), one plain loop (faster than C-level map passes, see ``_reserve``).
+
+        Lines marked ``no mutate`` had equivalent mutants only among those that survived
+        (docs/mutation.md): ones that answer False where True was right (the caller then
+        validates, with the same outcome)."""
+        if type(unit_ids) is not list and type(unit_ids) is not tuple:  # pragma: no mutate
             return False
-        n = len(unit_ids)
+        n = len(unit_ids)  # pragma: no mutate
         if owner is None:
             return False
         if (
@@ -555,18 +547,20 @@ class UnitPool:
         ):
             return False  # refused by the slow path (StoreOwnedUnitsError)
         try:
-            if self._held.get(owner, 0) != n:
+            if self._held.get(owner, 0) != n:  # pragma: no mutate
                 return False
         except Exception:  # unhashable, or a __hash__ that raises: the slow path names it
             return False
         tags = self._tags
         size = self.num_units
-        piece = 0
+        piece = 0  # pragma: no mutate
         for u in unit_ids:
-            if type(u) is not int or not 0 <= u < size or tags[u] != (owner, piece):
+            if type(u) is not int or not 0 <= u < size:  # pragma: no mutate
                 return False
-            piece += 1
-        return True
+            if tags[u] != (owner, piece):
+                return False
+            piece += 1  # pragma: no mutate
+        return True  # pragma: no mutate
 
     def rekey_units(self, unit_ids: Any, old_owner: Hashable, new_owner: Hashable) -> None:
         """Retag a whole reservation from ``old_owner`` to ``new_owner`` atomically; the units
@@ -584,7 +578,7 @@ class UnitPool:
         self._need_owner("new_owner", new_owner)
         if self._held_by(new_owner) > 0:
             raise InvalidArgumentError(f"owner {new_owner!r} already holds units")
-        deque(map(self._tags.__setitem__, ids, zip(repeat(new_owner), range(len(ids)))), 0)
+        _consume(map(self._tags.__setitem__, ids, zip(repeat(new_owner), range(len(ids)))))
         self._add_held(old_owner, -len(ids))
         self._add_held(new_owner, len(ids))
 
@@ -616,7 +610,8 @@ class UnitPool:
             if h is not None and not is_int(h):
                 raise InvalidArgumentError(f"a prefix hash must be an int or None, got {h!r}")
         tags = self._tags
-        for u, h in zip(ids, prefix_hashes, strict=True):
+        # equivalent mutants: lengths checked equal
+        for u, h in zip(ids, prefix_hashes, strict=True):  # pragma: no mutate
             tags[u] = None
             if h is None:
                 heapq.heappush(self._vacant, u)
@@ -645,8 +640,8 @@ class UnitPool:
         for u in ids:
             if u not in self._cached:
                 raise InvalidArgumentError(f"unit {u} is not a cached free unit")
-        deque(map(self._cached.__delitem__, ids), 0)
-        deque(map(self._tags.__setitem__, ids, zip(repeat(owner), range(len(ids)))), 0)
+        _consume(map(self._cached.__delitem__, ids))
+        _consume(map(self._tags.__setitem__, ids, zip(repeat(owner), range(len(ids)))))
         self._add_held(owner, len(ids))
 
     def uncache_units(self, unit_ids: Any) -> None:
@@ -666,10 +661,10 @@ class UnitPool:
             heapq.heappush(self._vacant, u)
 
 
-#: What undoes one reservation: its units (piece order), owner, the vacant heap before it
-#: (when it took cached units, so emptied the heap) and the hashes of the cached units it
-#: took (its last ``len(hashes)`` units, in order).
-_UndoRecord = tuple[list[int], Hashable, list[int] | None, list[int]]
+#: What undoes one reservation: its units (piece order), owner and the hashes of the cached
+#: units it took (its last ``len(hashes)`` units, in order). Its vacant units go back onto
+#: the heap: the same free units, so the same units handed out next.
+_UndoRecord = tuple[list[int], Hashable, list[int]]
 
 
 def _callback_error(failed: tuple[int, Exception], undone: bool) -> EvictionCallbackError:

@@ -198,7 +198,7 @@ def record_step(phase: str, event: str, pin_count: int) -> Row:
     return RECORD.step(phase, event, record_guard(phase, event, pin_count))
 
 
-def is_evictable(phase: str, pin_count: int, is_protected: bool) -> bool:
+def is_evictable(phase: str, pin_count: int, is_protected: bool = False) -> bool:
     """Whether a record may be chosen as an LRU victim: READY, unpinned and not the
     protected record (SPEC B.3 rows 12, 14, 22). The production store's predicate (its
     victim heap, its evictable count, ``has_available_units``).

@@ -458,7 +458,7 @@ def test_deep_state_sees_private_indexes() -> None:
     mutations: list[Callable[[], None]] = [
         lambda: c.store._victims.append((10**9, 0)),
         lambda: setattr(c.store, "_num_evictable", c.store._num_evictable + 1),
-        lambda: c.store._ops_by_hash.__setitem__(10**9, 1),
+        lambda: c.store._op_hashes.add(10**9),
         lambda: c.pool._held.__setitem__(("ghost", 0), 1),
         lambda: c.pool._vacant.append(10**6),
         lambda: c._pending_by_hash.__setitem__(10**9, {}),

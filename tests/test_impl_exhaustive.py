@@ -362,9 +362,9 @@ def test_conformance_catches_a_planted_difference(monkeypatch: pytest.MonkeyPatc
     """A production store that hands out the newest victim instead of the LRU one is caught
     with a trace."""
 
-    def newest_first(self: Any, protected: int = -1) -> int:
+    def newest_first(self: Any) -> int:
         for cid in reversed(self._lru):
-            if self._is_evictable(cid, protected):
+            if self._is_evictable(cid):
                 return int(cid)
         return -1
 

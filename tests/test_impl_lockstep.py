@@ -420,9 +420,9 @@ def test_impl_f19_policy_swap() -> None:
     queries = [(n, p) for n in range(13) for p in (None, 101, 202, 303, 999)]
     answers = {q: s.has_available_units(*q) for q in queries}
 
-    def newest_first(protected: int = -1) -> int:
+    def newest_first() -> int:
         for cid in reversed(s._lru):
-            if s._is_evictable(cid, protected):
+            if s._is_evictable(cid):
                 return cid
         return -1
 

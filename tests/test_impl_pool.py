@@ -327,8 +327,8 @@ def test_reference_world_actions_run_on_the_production_pool() -> None:
 
 
 def test_undo_after_a_callback_that_freed_other_units_restores_each_unit() -> None:
-    """The callback released another owner's unit before raising, so the vacant heap is no
-    longer the one saved: the undo puts each vacant unit of the reservation back one by one
+    """The callback released another owner's unit before raising, so the vacant heap is not
+    empty when the undo runs: the undo puts each vacant unit of the reservation back onto it
     and the cached ones under their hashes, in LRU order."""
     pool = I.UnitPool(4)
     pool.cache_units(pool.reserve_units(2, KV0), KV0, [1, 2])  # 0, 1 cached

@@ -383,9 +383,9 @@ def test_f19_the_policy_cannot_move_the_gate():
     lru_answers = {q: s.has_available_units(q[0], q[1]) for q in queries}
     raw = s.raw
 
-    def newest_first(protected=-1):
+    def newest_first():
         for cid in reversed(raw._lru):
-            if raw._is_evictable(cid, protected):
+            if raw._is_evictable(cid):
                 return cid
         return -1
 
