@@ -89,3 +89,63 @@ def test_a_float_total_bytes_is_refused() -> None:
     with pytest.raises(CopyOpError):
         e.execute([op])
     assert _same(before, t)
+
+
+class _TupleSub(tuple):
+    pass
+
+
+def test_a_tuple_subclass_of_unit_ids_is_handled_consistently_not_assertion_error() -> None:
+    # _fast_batch: `type(op.unit_ids) is not tuple`; _check_op: isinstance(ids, tuple).
+    t, e = _executor()
+    op = CheckpointStoreOp(0, _TupleSub(GOOD), L.image_bytes, L.layout_id)
+    try:
+        e.execute([op])
+    except AssertionError as exc:
+        pytest.fail(f"fast and slow paths disagree on a tuple subclass: {exc}")
+    except PagedStateError:
+        pass
+
+
+def test_state_tensors_refuses_given_tensors_that_alias_each_other() -> None:
+    # The hazard check assumes every slot and KV tensor is distinct memory. Given slot
+    # tensors that share storage (layer1's tensors are layer0's) are accepted, so one
+    # restore writes the same bytes twice (from different units) in one unordered launch.
+    from pagedstate.spec.errors import InvalidArgumentError
+
+    t0 = StateTensors(L, 2, U)
+    sl = list(t0.slot_tensors)
+    assert tuple(sl[0].shape) == tuple(sl[2].shape) and tuple(sl[1].shape) == tuple(sl[3].shape)
+    with pytest.raises(InvalidArgumentError):
+        StateTensors(L, 2, U, slot_tensors=[sl[0], sl[1], sl[0], sl[1]])
+
+
+@pytest.mark.parametrize("given", [[1], 5])
+def test_state_tensors_non_tensor_given_gets_invalid_argument(given: object) -> None:
+    # kv_tensors=[1] -> raw AttributeError; kv_tensors=5 -> raw TypeError.
+    from pagedstate.spec.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError):
+        StateTensors(L, 2, U, kv_tensors=given)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("src", [[5.9, 7], ["5", "7"], [True, 11]])
+def test_plan_segmented_copy_refuses_non_int_sizes(src: list) -> None:
+    # _sizes does np.asarray(sizes, dtype=np.int64): 5.9 becomes 5, "5" becomes 5, True 1,
+    # and a plan is returned for segments nobody asked for.
+    from pagedstate.gpu.plan import plan_segmented_copy
+    from pagedstate.spec.errors import BadCopyPlanError
+
+    with pytest.raises(BadCopyPlanError):
+        plan_segmented_copy(src, [3, 4, 5], 12)
+
+
+@pytest.mark.parametrize("lengths", [[1.7, 2.2], ["a"], [2**70], [[1, 2], [3, 4]]])
+def test_tile_rows_refuses_non_int_or_non_1d_lengths(lengths: list) -> None:
+    # floats are truncated and 2-D is flattened silently; "a" gives a raw ValueError and
+    # 2**70 a raw OverflowError.
+    from pagedstate.gpu.plan import tile_rows
+    from pagedstate.spec.errors import BadCopyPlanError
+
+    with pytest.raises(BadCopyPlanError):
+        tile_rows(lengths, 2)
