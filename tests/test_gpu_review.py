@@ -149,3 +149,30 @@ def test_tile_rows_refuses_non_int_or_non_1d_lengths(lengths: list) -> None:
 
     with pytest.raises(BadCopyPlanError):
         tile_rows(lengths, 2)
+
+
+def test_documented_batch_recipe_survives_more_dirty_units_than_max_scrub_units() -> None:
+    # docs/gpu.md "One batch": scrub = free_dirty_units(pool); executor.execute(stores,
+    # restores, scrub). free_dirty_units has no cap, and execute refuses the WHOLE batch
+    # (the drain's stores and restores too) with BatchTooLargeError once more units are
+    # dirty than max_scrub_units (256 by default on the Triton executor) -- e.g. after a
+    # few checkpoints of a large image are released at once.
+    from pagedstate.gpu.executor import free_dirty_units
+
+    class _Pool:  # four free dirty units, as after releasing a checkpoint's units
+        def dirty_units(self) -> frozenset[int]:
+            return frozenset({U, U + 1, U + 2, U + 3})
+
+        def owner_of(self, unit: int) -> None:
+            return None
+
+        def mark_clean(self, units: object) -> None:
+            pass
+
+    t, e = _executor()  # max_scrub_units=3
+    pool = _Pool()
+    scrub = free_dirty_units(pool)
+    assert len(scrub) == 4
+    store = CheckpointStoreOp(0, GOOD, L.image_bytes, L.layout_id)
+    e.execute([store], [], scrub)  # raises BatchTooLargeError today
+    pool.mark_clean(scrub)
