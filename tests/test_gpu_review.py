@@ -176,3 +176,15 @@ def test_documented_batch_recipe_survives_more_dirty_units_than_max_scrub_units(
     store = CheckpointStoreOp(0, GOOD, L.image_bytes, L.layout_id)
     e.execute([store], [], scrub)  # raises BatchTooLargeError today
     pool.mark_clean(scrub)
+
+
+@pytest.mark.parametrize("stores, restores", [(None, ()), (5, ()), ((), None)])
+def test_execute_with_non_iterable_op_lists_gets_a_specific_error(
+    stores: object, restores: object
+) -> None:
+    # validate_batch does list(stores), list(restores) unguarded: a raw TypeError.
+    t, e = _executor()
+    before = _bytes(t)
+    with pytest.raises(PagedStateError):
+        e.execute(stores, restores)  # type: ignore[arg-type]
+    assert _same(before, t)
