@@ -188,3 +188,28 @@ def test_execute_with_non_iterable_op_lists_gets_a_specific_error(
     with pytest.raises(PagedStateError):
         e.execute(stores, restores)  # type: ignore[arg-type]
     assert _same(before, t)
+
+
+def test_write_image_of_the_wrong_size_is_refused_before_writing_anything() -> None:
+    # write_image copies range by range: data one byte short writes the first ranges,
+    # then a raw RuntimeError from copy_ leaves the slot half-overwritten.
+    from pagedstate.spec.errors import InvalidArgumentError
+
+    t = StateTensors(L, 2, U)
+    for x in t.all_tensors():
+        x.view(torch.uint8).zero_()
+    before = _bytes(t)
+    with pytest.raises(InvalidArgumentError):
+        t.write_image(0, torch.ones(L.image_bytes - 1, dtype=torch.uint8))
+    assert _same(before, t)
+
+
+@pytest.mark.parametrize("slot", [-1, 2, True])
+def test_image_views_refuse_slots_outside_range(slot: object) -> None:
+    # read_image(-1) silently reads the last slot (write_image(-1, ...) writes it);
+    # read_image(2) is a raw IndexError, read_image(True) a raw RuntimeError.
+    from pagedstate.spec.errors import InvalidArgumentError
+
+    t = StateTensors(L, 2, U)
+    with pytest.raises(InvalidArgumentError):
+        t.read_image(slot)  # type: ignore[arg-type]
