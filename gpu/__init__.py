@@ -16,7 +16,7 @@ Typical use in an engine (one call per pass, after the drain)::
     executor = TritonCopyExecutor(tensors, max_ops_per_batch=2 * max_num_seqs)
     ...
     stores, restores = coordinator.take_checkpoint_ops()
-    dirty = free_dirty_units(pool)            # from pagedstate.gpu.executor
+    dirty = free_dirty_units(pool, executor.max_scrub_units)  # pagedstate.gpu.executor
     executor.execute(stores, restores, scrub_units=dirty)   # one launch
     pool.mark_clean(dirty)
 """

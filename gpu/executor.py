@@ -85,20 +85,20 @@ def _check_op(
     num_slots: int,
     num_blocks: int,
 ) -> tuple[int, tuple[int, ...]]:
-    if not isinstance(op, cls):
+    if type(op) is not cls:  # exactly the store's op classes, as the vectorized path
         raise CopyOpError(f"{kind} {i}: expected a {cls.__name__}, got {type(op).__name__}")
     if op.layout_id != layout_id:  # type: ignore[attr-defined]
         raise CopyOpError(
             f"{kind} {i}: layout_id {op.layout_id!r} is not this worker's {layout_id!r}"  # type: ignore[attr-defined]
             " (an image of another layout cannot be read or written here)"
         )
-    if op.total_bytes != image_bytes:  # type: ignore[attr-defined]
+    if type(op.total_bytes) is not int or op.total_bytes != image_bytes:  # type: ignore[attr-defined]
         raise CopyOpError(
             f"{kind} {i}: total_bytes {op.total_bytes} != image_bytes {image_bytes}"  # type: ignore[attr-defined]
         )
     ids = op.unit_ids  # type: ignore[attr-defined]
-    if not isinstance(ids, tuple) or len(ids) != units:
-        raise CopyOpError(f"{kind} {i}: {units} unit ids expected, got {ids!r}")
+    if type(ids) is not tuple or len(ids) != units:
+        raise CopyOpError(f"{kind} {i}: a tuple of {units} unit ids expected, got {ids!r}")
     for u in ids:
         if type(u) is not int or not 0 <= u < num_blocks:
             raise CopyOpError(f"{kind} {i}: unit {u!r} outside [0, {num_blocks})")
@@ -129,6 +129,7 @@ def _fast_batch(
             if (
                 type(op) is not cls
                 or op.layout_id != lid
+                or type(op.total_bytes) is not int
                 or op.total_bytes != img
                 or type(op.unit_ids) is not tuple
                 or len(op.unit_ids) != u
@@ -141,11 +142,14 @@ def _fast_batch(
     every = chain(s_slots, r_slots, scrub, chain.from_iterable(s_ids), chain.from_iterable(r_ids))
     if not set(map(type, every)) <= {int}:  # one C-level pass; bools and floats fail here
         return None
-    su = np.array(s_ids, dtype=np.int64).reshape(-1, u)
-    ru = np.array(r_ids, dtype=np.int64).reshape(-1, u)
-    ss = np.array(s_slots, dtype=np.int64)
-    rs = np.array(r_slots, dtype=np.int64)
-    sc = np.array(sorted(scrub), dtype=np.int64)
+    try:
+        su = np.array(s_ids, dtype=np.int64).reshape(-1, u)
+        ru = np.array(r_ids, dtype=np.int64).reshape(-1, u)
+        ss = np.array(s_slots, dtype=np.int64)
+        rs = np.array(r_slots, dtype=np.int64)
+        sc = np.array(sorted(scrub), dtype=np.int64)
+    except OverflowError:  # an int beyond int64: out of range, named by the per-op pass
+        return None
     for arr, top in (
         (su, num_blocks),
         (ru, num_blocks),
@@ -200,7 +204,12 @@ def validate_batch(
         BatchTooLargeError: more than ``max_ops`` copies.
         InvalidArgumentError: ``scrub_units`` is not an iterable of ints.
     """
-    stores, restores = list(stores), list(restores)
+    try:
+        stores, restores = list(stores), list(restores)
+    except TypeError:
+        raise CopyOpError(
+            f"stores and restores must be sequences of ops, got {stores!r} and {restores!r}"
+        ) from None
     n = len(stores) + len(restores)
     if max_ops is not None and n > max_ops:
         raise BatchTooLargeError(
@@ -208,11 +217,16 @@ def validate_batch(
             " was sized for"
         )
     try:
-        scrub = list(set(scrub_units))
+        scrub_given = list(scrub_units)
     except TypeError:
         raise InvalidArgumentError(
             f"scrub_units must be an iterable of ints, got {scrub_units!r}"
         ) from None
+    # Types first: a set would fold True and 1.0 into an int 1 beside it.
+    bad = next((x for x in scrub_given if type(x) is not int), None)
+    if bad is not None or any(type(x) is not int for x in scrub_given):
+        raise CopyOpError(f"scrub units must be ints, got {bad!r}")
+    scrub = list(set(scrub_given))
     fast = _fast_batch(layout, stores, restores, scrub, num_slots, num_blocks)
     if fast is not None:
         return fast
@@ -284,20 +298,25 @@ def _slow_batch(
         written_slots[s] = i
 
 
-def free_dirty_units(pool: UnitPoolProtocol) -> list[int]:
+def free_dirty_units(pool: UnitPoolProtocol, limit: int | None = None) -> list[int]:
     """The units to scrub in the next launch (SPEC G10): dirty units that are free now, so
-    they hold nobody's bytes and nobody reads them in this batch. A dirty unit that was
+    they hold nobody's bytes and nobody reads them in this batch; at most ``limit`` of
+    them, lowest first (pass the executor's ``max_scrub_units``: the rest stay dirty for
+    the next batch). A dirty unit that was
     reserved again before its scrub keeps its flag; its new owner writes it before reading
     (a store) or asks ``pool.is_dirty(unit)`` before its first read (KV). A free unit
     parked as a cached KV block (``pool.cached_hash(unit)`` is not None, when the pool has
     ``cached_hash``) is left out: it holds a KV tenant's bytes that a prefix hit may claim
     back. Call ``pool.mark_clean(units)`` once the launch is queued. O(dirty units)."""
+    if limit is not None and (type(limit) is not int or limit < 0):
+        raise InvalidArgumentError(f"limit must be None or an int >= 0, got {limit!r}")
     cached_hash = getattr(pool, "cached_hash", None)
-    return sorted(
+    units = sorted(
         u
         for u in pool.dirty_units()
         if pool.owner_of(u) is None and (cached_hash is None or cached_hash(u) is None)
     )
+    return units if limit is None else units[:limit]
 
 
 class CopyExecutorBase:
@@ -325,6 +344,8 @@ class CopyExecutorBase:
         *,
         max_scrub_units: int | None = None,
     ) -> None:
+        if not isinstance(tensors, StateTensors):
+            raise InvalidArgumentError(f"tensors must be a StateTensors, got {tensors!r}")
         if max_scrub_units is not None and (
             type(max_scrub_units) is not int or max_scrub_units < 0
         ):

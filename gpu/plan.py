@@ -46,13 +46,36 @@ DEFAULT_TILE_BYTES = 4096
 I64 = npt.NDArray[np.int64]
 
 
-def _sizes(name: str, sizes: Sequence[int]) -> I64:
+def _int_array(name: str, values: object) -> I64:
+    """``values`` as a 1-D int64 array: a 1-D NumPy integer array, or a sequence of
+    Python ints (bools, floats, strings and ints beyond int64 are refused, not converted).
+
+    Raises:
+        BadCopyPlanError: anything else.
+    """
+    if isinstance(values, np.ndarray):
+        if values.ndim != 1 or values.dtype.kind not in "iu":
+            raise BadCopyPlanError(
+                f"{name} must be a 1-D integer array, got {values.dtype} of shape {values.shape}"
+            )
+        return values.astype(np.int64)
     try:
-        arr = np.asarray(sizes, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):
-        raise BadCopyPlanError(f"{name} must be a sequence of ints, got {sizes!r}") from None
-    if arr.ndim != 1:
-        raise BadCopyPlanError(f"{name} must be one-dimensional, got shape {arr.shape}")
+        items = list(values)  # type: ignore[call-overload]
+    except TypeError:
+        raise BadCopyPlanError(f"{name} must be a sequence of ints, got {values!r}") from None
+    bad = next((x for x in items if type(x) is not int), None)
+    if bad is not None:
+        raise BadCopyPlanError(
+            f"{name} must be a one-dimensional sequence of ints, got {bad!r} in it"
+        )
+    try:
+        return np.array(items, dtype=np.int64).reshape(-1)
+    except OverflowError:
+        raise BadCopyPlanError(f"{name} has a value beyond int64: {values!r}") from None
+
+
+def _sizes(name: str, sizes: Sequence[int]) -> I64:
+    arr = _int_array(name, sizes)
     if len(arr) and int(arr.min()) <= 0:
         raise BadCopyPlanError(f"{name} has a segment of size <= 0 (empty segments are illegal)")
     return arr
@@ -263,11 +286,12 @@ def tile_rows(lengths: npt.ArrayLike, tile_bytes: int) -> tuple[I64, I64]:
     ``range(0, lengths[r], tile_bytes)``. A zero-length row has no tile.
 
     Raises:
-        BadCopyPlanError: ``tile_bytes <= 0`` or a negative length.
+        BadCopyPlanError: ``tile_bytes <= 0``, a negative length, or lengths that are not a
+            1-D sequence of ints.
     """
     if type(tile_bytes) is not int or tile_bytes <= 0:
         raise BadCopyPlanError(f"tile_bytes must be an int > 0, got {tile_bytes!r}")
-    ln = np.asarray(lengths, dtype=np.int64).reshape(-1)
+    ln = _int_array("lengths", lengths)
     if len(ln) and int(ln.min()) < 0:
         raise BadCopyPlanError("a descriptor row has a negative length")
     per_row = -(-ln // tile_bytes)

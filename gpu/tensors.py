@@ -88,6 +88,19 @@ class StateTensors:
         want_kv = [((num_blocks, b // 2), torch.bfloat16) for b in layout.region_bytes]
         self.slot_tensors = self._take("slot_tensors", slot_tensors, want_slots)
         self.kv_tensors = self._take("kv_tensors", kv_tensors, want_kv)
+        # The hazard check reasons about slots and units, so every tensor must be its own
+        # memory: two given tensors sharing bytes would let one batch write them twice.
+        spans = sorted(
+            (x.data_ptr(), x.data_ptr() + x.numel() * x.element_size(), i)
+            for i, x in enumerate([*self.slot_tensors, *self.kv_tensors])
+            if x.numel()
+        )
+        for (_, end, i), (start, _, j) in zip(spans, spans[1:], strict=False):
+            if start < end:
+                raise InvalidArgumentError(
+                    f"tensors {i} and {j} (slot tensors first, then KV) share memory: each"
+                    " slot and KV tensor must be its own"
+                )
         self._slot_rows = [t.view(num_slots, -1).view(torch.uint8) for t in self.slot_tensors]
         self._kv_rows = [t.view(torch.uint8) for t in self.kv_tensors]
         self._carried = [t.carried_bytes for t in layout.slot_tensors]
@@ -98,10 +111,17 @@ class StateTensors:
         torch = _torch()
         if given is None:
             return [torch.empty(shape, dtype=dt, device=self.device) for shape, dt in want]
-        given = list(given)
+        try:
+            given = list(given)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"{name} must be a sequence of tensors, got {given!r}"
+            ) from None
         if len(given) != len(want):
             raise InvalidArgumentError(f"{name}: {len(want)} tensors expected, got {len(given)}")
         for i, (t, (shape, dt)) in enumerate(zip(given, want, strict=True)):
+            if not isinstance(t, torch.Tensor):
+                raise InvalidArgumentError(f"{name}[{i}] must be a tensor, got {t!r}")
             if tuple(t.shape) != shape or t.dtype != dt or t.device != self.device:
                 raise InvalidArgumentError(
                     f"{name}[{i}] must be {shape} {dt} on {self.device}, got"
@@ -113,23 +133,52 @@ class StateTensors:
 
     # -- byte views ----------------------------------------------------------------------
 
+    def _slot(self, slot: object) -> int:
+        if type(slot) is not int or not 0 <= slot < self.num_slots:
+            raise InvalidArgumentError(
+                f"slot must be an int in [0, {self.num_slots}), got {slot!r}"
+            )
+        return slot
+
+    def _unit(self, unit: object) -> int:
+        if type(unit) is not int or not 0 <= unit < self.num_blocks:
+            raise InvalidArgumentError(
+                f"unit must be an int in [0, {self.num_blocks}), got {unit!r}"
+            )
+        return unit
+
+    def _bytes(self, data: Any, n: int, what: str) -> Any:
+        torch = _torch()
+        if not isinstance(data, torch.Tensor) or data.dtype != torch.uint8 or data.numel() != n:
+            got = f"{tuple(data.shape)} {data.dtype}" if isinstance(data, torch.Tensor) else data
+            raise InvalidArgumentError(f"{what} needs a uint8 tensor of {n} bytes, got {got!r}")
+        return data.reshape(-1)
+
     def slot_row(self, tensor: int, slot: int) -> Any:
         """Slot ``slot``'s whole row of slot tensor ``tensor`` as a uint8 view."""
-        return self._slot_rows[tensor][slot]
+        return self._slot_rows[tensor][self._slot(slot)]
 
     def unit_region(self, region: int, unit: int) -> Any:
         """Unit ``unit``'s region ``region`` (its page in attention layer ``region``) as a
         uint8 view."""
-        return self._kv_rows[region][unit]
+        return self._kv_rows[region][self._unit(unit)]
 
     def read_image(self, slot: int) -> Any:
         """The carried bytes of ``slot`` in source-stream order (a new uint8 tensor of
         ``image_bytes``)."""
         torch = _torch()
-        return torch.cat([r[slot, :c] for r, c in zip(self._slot_rows, self._carried, strict=True)])
+        slot = self._slot(slot)
+        rows = zip(self._slot_rows, self._carried, strict=True)
+        return torch.cat([r[slot, :c] for r, c in rows])
 
     def write_image(self, slot: int, data: Any) -> None:
-        """Write ``image_bytes`` bytes (uint8 tensor) into ``slot``'s carried ranges."""
+        """Write ``image_bytes`` bytes (uint8 tensor) into ``slot``'s carried ranges.
+
+        Raises:
+            InvalidArgumentError: a bad slot, or ``data`` is not ``image_bytes`` uint8
+                bytes (checked before anything is written)."""
+        slot = self._slot(slot)
+        data = self._bytes(data, self.layout.image_bytes, "write_image")
         pos = 0
         for r, c in zip(self._slot_rows, self._carried, strict=True):
             r[slot, :c].copy_(data[pos : pos + c])
@@ -138,15 +187,23 @@ class StateTensors:
     def read_slot(self, slot: int) -> Any:
         """All bytes of ``slot``, carried or not, tensor by tensor (uint8, ``slot_bytes``)."""
         torch = _torch()
+        slot = self._slot(slot)
         return torch.cat([r[slot] for r in self._slot_rows])
 
     def read_units(self, unit_ids: Sequence[int]) -> Any:
         """The destination stream over ``unit_ids``: regions unit-major, region-minor."""
         torch = _torch()
-        return torch.cat([r[u] for u in unit_ids for r in self._kv_rows])
+        units = [self._unit(u) for u in unit_ids]
+        return torch.cat([r[u] for u in units for r in self._kv_rows])
 
     def fill_unit(self, unit: int, data: Any) -> None:
-        """Overwrite every region of ``unit`` with ``data`` (uint8, ``page_unit_bytes``)."""
+        """Overwrite every region of ``unit`` with ``data`` (uint8, ``page_unit_bytes``).
+
+        Raises:
+            InvalidArgumentError: a bad unit, or ``data`` of another size or dtype (checked
+                before anything is written)."""
+        unit = self._unit(unit)
+        data = self._bytes(data, self.layout.page_unit_bytes, "fill_unit")
         pos = 0
         for r in self._kv_rows:
             n = r.shape[1]

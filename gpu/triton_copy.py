@@ -171,10 +171,20 @@ class TritonCopyExecutor(CopyExecutorBase):
         ):
             if type(v) is not int or v < 0 or (v == 0 and name != "max_scrub_units"):
                 raise InvalidArgumentError(f"{name} must be a positive int, got {v!r}")
-        if block & (block - 1) or rows_per_program & (rows_per_program - 1):
+        if (
+            block & (block - 1)
+            or rows_per_program & (rows_per_program - 1)
+            or num_warps & (num_warps - 1)
+            or block * rows_per_program > 1 << 20
+            or num_warps > 32
+        ):
             raise InvalidArgumentError(
-                f"block and rows_per_program must be powers of two, got {block}, {rows_per_program}"
+                f"block, rows_per_program and num_warps must be powers of two (block *"
+                f" rows_per_program <= 2**20, num_warps <= 32), got {block},"
+                f" {rows_per_program}, {num_warps}"
             )
+        if for_loop is not None and type(for_loop) is not bool:
+            raise InvalidArgumentError(f"for_loop must be None or a bool, got {for_loop!r}")
         super().__init__(tensors, max_ops_per_batch, max_scrub_units=max_scrub_units)
         torch = _torch()
         self.block, self.num_warps = block, num_warps

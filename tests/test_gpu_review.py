@@ -30,7 +30,9 @@ def _bytes(t: StateTensors) -> list:
 
 
 def _same(before: list, t: StateTensors) -> bool:
-    return all(torch.equal(a, x.view(torch.uint8)) for a, x in zip(before, t.all_tensors()))
+    return all(
+        torch.equal(a, x.view(torch.uint8)) for a, x in zip(before, t.all_tensors(), strict=True)
+    )
 
 
 class _StoreSub(CheckpointStoreOp):
@@ -152,30 +154,35 @@ def test_tile_rows_refuses_non_int_or_non_1d_lengths(lengths: list) -> None:
 
 
 def test_documented_batch_recipe_survives_more_dirty_units_than_max_scrub_units() -> None:
-    # docs/gpu.md "One batch": scrub = free_dirty_units(pool); executor.execute(stores,
-    # restores, scrub). free_dirty_units has no cap, and execute refuses the WHOLE batch
-    # (the drain's stores and restores too) with BatchTooLargeError once more units are
-    # dirty than max_scrub_units (256 by default on the Triton executor) -- e.g. after a
-    # few checkpoints of a large image are released at once.
+    # docs/gpu.md "One batch": scrub = free_dirty_units(pool, executor.max_scrub_units);
+    # executor.execute(stores, restores, scrub). Without the cap the executor refuses the
+    # WHOLE batch (the drain's stores and restores too) with BatchTooLargeError once more
+    # units are dirty than max_scrub_units (256 by default on the Triton executor); with
+    # it, the rest stay dirty for the next batch.
     from pagedstate.gpu.executor import free_dirty_units
 
     class _Pool:  # four free dirty units, as after releasing a checkpoint's units
+        def __init__(self) -> None:
+            self.dirty = {U, U + 1, U + 2, U + 3}
+
         def dirty_units(self) -> frozenset[int]:
-            return frozenset({U, U + 1, U + 2, U + 3})
+            return frozenset(self.dirty)
 
         def owner_of(self, unit: int) -> None:
             return None
 
-        def mark_clean(self, units: object) -> None:
-            pass
+        def mark_clean(self, units: list[int]) -> None:
+            self.dirty -= set(units)
 
     t, e = _executor()  # max_scrub_units=3
     pool = _Pool()
-    scrub = free_dirty_units(pool)
-    assert len(scrub) == 4
+    assert len(free_dirty_units(pool)) == 4
+    scrub = free_dirty_units(pool, e.max_scrub_units)
+    assert scrub == [U, U + 1, U + 2]
     store = CheckpointStoreOp(0, GOOD, L.image_bytes, L.layout_id)
-    e.execute([store], [], scrub)  # raises BatchTooLargeError today
+    e.execute([store], [], scrub)
     pool.mark_clean(scrub)
+    assert free_dirty_units(pool, e.max_scrub_units) == [U + 3]  # scrubbed next batch
 
 
 @pytest.mark.parametrize("stores, restores", [(None, ()), (5, ()), ((), None)])
@@ -213,3 +220,19 @@ def test_image_views_refuse_slots_outside_range(slot: object) -> None:
     t = StateTensors(L, 2, U)
     with pytest.raises(InvalidArgumentError):
         t.read_image(slot)  # type: ignore[arg-type]
+
+
+def test_executor_arguments_are_checked() -> None:
+    """An executor needs StateTensors; the Triton executor's kernel shape must be powers of
+    two and ``for_loop`` a bool (a string is not read as True)."""
+    from pagedstate.spec.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError):
+        TorchCopyExecutor(None)  # type: ignore[arg-type]
+    triton_copy = pytest.importorskip("pagedstate.gpu.triton_copy")
+    if not triton_copy.triton_available():
+        pytest.skip("needs triton")
+    t = StateTensors(L, 2, U)
+    for kwargs in ({"num_warps": 3}, {"block": 2**40}, {"for_loop": "no"}, {"block": 3}):
+        with pytest.raises(InvalidArgumentError):
+            triton_copy.TritonCopyExecutor(t, 2, **kwargs)
