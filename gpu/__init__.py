@@ -8,6 +8,7 @@ needs Triton and a CUDA device, or ``TRITON_INTERPRET=1`` on a CPU.
 Typical use in an engine (one call per pass, after the drain)::
 
     from pagedstate.gpu import load_geometry, StateTensors
+    from pagedstate.gpu.executor import free_dirty_units
     from pagedstate.gpu.triton_copy import TritonCopyExecutor
 
     layout = load_geometry("Qwen/Qwen3-Next-80B-A3B-Instruct").layout(block_tokens=16)

@@ -139,8 +139,8 @@ class TritonCopyExecutor(CopyExecutorBase):
 
     Raises:
         ImportError: Triton is not installed.
-        InvalidArgumentError: bad sizes, or ``wide=True`` on a layout that is not 16-byte
-            aligned.
+        InvalidArgumentError: bad sizes, ``wide=True`` on a layout that is not 16-byte
+            aligned, or tensors not on CUDA while ``TRITON_INTERPRET=1`` is unset.
     """
 
     name = "triton"
@@ -185,6 +185,11 @@ class TritonCopyExecutor(CopyExecutorBase):
             )
         if for_loop is not None and type(for_loop) is not bool:
             raise InvalidArgumentError(f"for_loop must be None or a bool, got {for_loop!r}")
+        if tensors.device.type != "cuda" and not interpreting():
+            raise InvalidArgumentError(
+                f"TritonCopyExecutor needs CUDA tensors, or TRITON_INTERPRET=1 to run the kernel"
+                f" on the CPU; these are on {tensors.device}"
+            )
         super().__init__(tensors, max_ops_per_batch, max_scrub_units=max_scrub_units)
         torch = _torch()
         self.block, self.num_warps = block, num_warps

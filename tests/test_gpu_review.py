@@ -236,3 +236,18 @@ def test_executor_arguments_are_checked() -> None:
     for kwargs in ({"num_warps": 3}, {"block": 2**40}, {"for_loop": "no"}, {"block": 3}):
         with pytest.raises(InvalidArgumentError):
             triton_copy.TritonCopyExecutor(t, 2, **kwargs)
+
+
+def test_triton_executor_refuses_cpu_tensors_without_the_interpreter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On CPU tensors the kernel can only run under TRITON_INTERPRET=1: without it the
+    constructor refuses, instead of the first execute failing inside Triton."""
+    from pagedstate.spec.errors import InvalidArgumentError
+
+    triton_copy = pytest.importorskip("pagedstate.gpu.triton_copy")
+    if not triton_copy.triton_available():
+        pytest.skip("needs triton")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(InvalidArgumentError, match="TRITON_INTERPRET"):
+        triton_copy.TritonCopyExecutor(StateTensors(L, 2, U), 2)
