@@ -23,6 +23,7 @@ Both satisfy :class:`~pagedstate.spec.protocols.CopyExecutorProtocol`.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from itertools import chain
 from typing import Any
@@ -307,7 +308,10 @@ def free_dirty_units(pool: UnitPoolProtocol, limit: int | None = None) -> list[i
     (a store) or asks ``pool.is_dirty(unit)`` before its first read (KV). A free unit
     parked as a cached KV block (``pool.cached_hash(unit)`` is not None, when the pool has
     ``cached_hash``) is left out: it holds a KV tenant's bytes that a prefix hit may claim
-    back. Call ``pool.mark_clean(units)`` once the launch is queued. O(dirty units)."""
+    back. Call ``pool.mark_clean(units)`` once the launch is queued. O(dirty units).
+
+    Raises:
+        InvalidArgumentError: ``limit`` is not None or an int >= 0."""
     if limit is not None and (type(limit) is not int or limit < 0):
         raise InvalidArgumentError(f"limit must be None or an int >= 0, got {limit!r}")
     cached_hash = getattr(pool, "cached_hash", None)
@@ -319,7 +323,7 @@ def free_dirty_units(pool: UnitPoolProtocol, limit: int | None = None) -> list[i
     return units if limit is None else units[:limit]
 
 
-class CopyExecutorBase:
+class CopyExecutorBase(ABC):
     """What every executor shares: the layout, the tensors, the plan, validation.
 
     Args:
@@ -418,8 +422,9 @@ class CopyExecutorBase:
             self._run(batch)
             self.batches += 1
 
-    def _run(self, batch: CheckedBatch) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _run(self, batch: CheckedBatch) -> None:
+        """Copy a batch that passed :meth:`check` (each executor's own launch)."""
 
 
 class TorchCopyExecutor(CopyExecutorBase):

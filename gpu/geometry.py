@@ -230,6 +230,7 @@ def load_geometry(model_id: str) -> ModelGeometry:
     substring such as ``"Qwen3-Next"``).
 
     Raises:
+        InvalidArgumentError: ``model_id`` is not a non-empty str.
         UnknownGeometryError: no shipped model matches, or the substring is ambiguous.
         UnsupportedGeometryError: the entry is malformed (a packaging error).
     """

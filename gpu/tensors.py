@@ -155,17 +155,27 @@ class StateTensors:
         return data.reshape(-1)
 
     def slot_row(self, tensor: int, slot: int) -> Any:
-        """Slot ``slot``'s whole row of slot tensor ``tensor`` as a uint8 view."""
+        """Slot ``slot``'s whole row of slot tensor ``tensor`` as a uint8 view
+        (``row_bytes`` bytes).
+
+        Raises:
+            InvalidArgumentError: ``slot`` is not an int in ``[0, num_slots)``."""
         return self._slot_rows[tensor][self._slot(slot)]
 
     def unit_region(self, region: int, unit: int) -> Any:
         """Unit ``unit``'s region ``region`` (its page in attention layer ``region``) as a
-        uint8 view."""
+        uint8 view (``region_bytes[region]`` bytes).
+
+        Raises:
+            InvalidArgumentError: ``unit`` is not an int in ``[0, num_blocks)``."""
         return self._kv_rows[region][self._unit(unit)]
 
     def read_image(self, slot: int) -> Any:
         """The carried bytes of ``slot`` in source-stream order (a new uint8 tensor of
-        ``image_bytes``)."""
+        ``image_bytes``).
+
+        Raises:
+            InvalidArgumentError: ``slot`` is not an int in ``[0, num_slots)``."""
         torch = _torch()
         slot = self._slot(slot)
         rows = zip(self._slot_rows, self._carried, strict=True)
@@ -185,13 +195,20 @@ class StateTensors:
             pos += c
 
     def read_slot(self, slot: int) -> Any:
-        """All bytes of ``slot``, carried or not, tensor by tensor (uint8, ``slot_bytes``)."""
+        """All bytes of ``slot``, carried or not, tensor by tensor (uint8, ``slot_bytes``).
+
+        Raises:
+            InvalidArgumentError: ``slot`` is not an int in ``[0, num_slots)``."""
         torch = _torch()
         slot = self._slot(slot)
         return torch.cat([r[slot] for r in self._slot_rows])
 
     def read_units(self, unit_ids: Sequence[int]) -> Any:
-        """The destination stream over ``unit_ids``: regions unit-major, region-minor."""
+        """The destination stream over ``unit_ids``: regions unit-major, region-minor
+        (uint8, ``len(unit_ids) * page_unit_bytes``).
+
+        Raises:
+            InvalidArgumentError: a unit is not an int in ``[0, num_blocks)``."""
         torch = _torch()
         units = [self._unit(u) for u in unit_ids]
         return torch.cat([r[u] for u in units for r in self._kv_rows])
