@@ -94,34 +94,50 @@ def _run_explore(args: argparse.Namespace) -> int:
         SpinnerColumn(),
         TextColumn("[bold]explore {task.fields[config]}[/]"),
         BarColumn(bar_width=None),
-        TextColumn("{task.fields[distinct]:>10,} distinct  depth {task.fields[depth]:>3}"
-                   "  queue {task.fields[queue]:>9,}  {task.fields[rate]:>7,.0f}/s"),
+        TextColumn(
+            "{task.fields[distinct]:>10,} distinct  depth {task.fields[depth]:>3}"
+            "  queue {task.fields[queue]:>9,}  {task.fields[rate]:>7,.0f}/s"
+        ),
         TimeElapsedColumn(),
         console=console,
         transient=True,
         disable=args.quiet or not console.is_terminal,
     ) as bar:
-        task = bar.add_task("explore", total=None, config=args.config, distinct=0, depth=0,
-                            queue=0, rate=0.0)
+        task = bar.add_task(
+            "explore", total=None, config=args.config, distinct=0, depth=0, queue=0, rate=0.0
+        )
 
         def progress(r: Report) -> None:
-            bar.update(task, distinct=r.distinct, depth=r.depth, queue=r.frontier_left,
-                       rate=r.states_per_second)
+            bar.update(
+                task,
+                distinct=r.distinct,
+                depth=r.depth,
+                queue=r.frontier_left,
+                rate=r.states_per_second,
+            )
             now = time.monotonic()
             if plain and now - last_line[0] >= _LOG_EVERY_S:
                 last_line[0] = now
-                print(f"explore {args.config}: {r.distinct:,} distinct, depth {r.depth},"
-                      f" queue {r.frontier_left:,}, {r.states_per_second:,.0f}/s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"explore {args.config}: {r.distinct:,} distinct, depth {r.depth},"
+                    f" queue {r.frontier_left:,}, {r.states_per_second:,.0f}/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
         if args.workers > 1:
             report = explore_parallel(
-                args.config, workers=args.workers, max_states=args.max_states,
-                check_drain=not args.no_drain, progress=progress,
+                args.config,
+                workers=args.workers,
+                max_states=args.max_states,
+                check_drain=not args.no_drain,
+                progress=progress,
             )
         else:
             report = explore(
-                args.config, max_states=args.max_states, check_drain=not args.no_drain,
+                args.config,
+                max_states=args.max_states,
+                check_drain=not args.no_drain,
                 progress=progress,
             )
     print(report.text())
@@ -174,14 +190,21 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     explore.add_argument("--config", default="default", help="tiny, default or wide")
-    explore.add_argument("--workers", type=_positive_int, default=1,
-                         help="worker processes (forked; default 1)")
-    explore.add_argument("--max-states", type=_positive_int, default=None,
-                         help="stop after this many distinct states (>= 1)")
-    explore.add_argument("--no-drain", action="store_true",
-                         help="skip the per-state drain (leak) check")
-    explore.add_argument("--json", metavar="FILE", default=None,
-                         help="write a counterexample as JSON to FILE")
+    explore.add_argument(
+        "--workers", type=_positive_int, default=1, help="worker processes (forked; default 1)"
+    )
+    explore.add_argument(
+        "--max-states",
+        type=_positive_int,
+        default=None,
+        help="stop after this many distinct states (>= 1)",
+    )
+    explore.add_argument(
+        "--no-drain", action="store_true", help="skip the per-state drain (leak) check"
+    )
+    explore.add_argument(
+        "--json", metavar="FILE", default=None, help="write a counterexample as JSON to FILE"
+    )
     explore.add_argument("--quiet", action="store_true", help="no progress bar")
     explore.set_defaults(func=_run_explore)
 
@@ -226,6 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="accept a log without its footer (a run still writing): check the lines it has",
     )
     check_log.set_defaults(func=_run_check_log)
+
+    from pagedstate.models import replay_cli
+
+    replay_cli.add_parser(commands)
 
     return parser
 

@@ -1,0 +1,434 @@
+"""``pagedstate replay``: replay a Mooncake trace through the store (see :mod:`.replay`).
+
+Exit status: 0 every run finished (and, with ``--verify``, agreed with the reference); 1 a
+divergence, a broken invariant or a restore that was not bit-exact (the message names the
+store call and both answers); 2 bad input (a malformed trace line, an unknown model, a pool
+too small, a bad option), reported before any run starts, with nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pagedstate.models.replay import (
+    Divergence,
+    ReplayConfig,
+    ReplayEngine,
+    ReplayError,
+    ReplayResult,
+    TraceRequest,
+    load_trace,
+    parse_placement,
+)
+
+__all__ = ["add_parser", "plot_results", "run", "format_result"]
+
+
+def _floats(text: str) -> list[float]:
+    out = []
+    for part in text.split(","):
+        try:
+            v = float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected GiB as numbers separated by commas, got {text!r}"
+            ) from None
+        if not v > 0 or v != v or v == float("inf"):
+            raise argparse.ArgumentTypeError(
+                f"a pool size must be a finite number > 0, got {part!r}"
+            )
+        out.append(v)
+    return out
+
+
+def _placements(text: str) -> list[str]:
+    out = []
+    for part in text.split(","):
+        try:
+            parse_placement(part)
+        except ReplayError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        out.append(part)
+    return out
+
+
+def _int(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer >= {minimum}, got {text!r}"
+            ) from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {v}")
+        return v
+
+    return parse
+
+
+def _rate(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a probability in [0, 1], got {text!r}"
+        ) from None
+    if not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(f"expected a probability in [0, 1], got {v}")
+    return v
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    """Register ``replay`` on the ``commands`` subparsers of ``pagedstate``."""
+    p: argparse.ArgumentParser = commands.add_parser(
+        "replay",
+        help="replay a request trace through the store (hit rates, tokens saved, checks)",
+        description=(
+            "Replay a Mooncake-format JSONL trace (512-token prefix blocks) through the "
+            "production store on a simulated clock: admission with resumable hits and "
+            "restores, chunked prefill filing checkpoints by placement policy, decode, "
+            "completions, optional aborts and CPU tier. Prints hit rates, prefill tokens "
+            "saved, checkpoint fates and per-call bookkeeping cost. With --verify the "
+            "reference model runs in lockstep and the first disagreement stops the run "
+            "(exit 1). Bad input exits 2 before anything runs."
+        ),
+    )
+    p.add_argument("trace", metavar="TRACE", help="Mooncake-format JSONL trace")
+    p.add_argument(
+        "--model",
+        required=True,
+        metavar="MODEL_ID",
+        help="a model of the shipped geometries, e.g. Qwen/Qwen3-Next-80B-A3B-Instruct",
+    )
+    p.add_argument(
+        "--pool-gib",
+        required=True,
+        type=_floats,
+        metavar="G[,G2,...]",
+        help="unit pool size(s) in GiB (KV pages and checkpoint images); one run each",
+    )
+    p.add_argument(
+        "--kv-block-tokens",
+        type=_int(1),
+        default=512,
+        metavar="B",
+        help="tokens per KV page, a divisor of 512 (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-running",
+        type=_int(1),
+        default=64,
+        metavar="N",
+        help="state slots = concurrent requests (default %(default)s)",
+    )
+    p.add_argument(
+        "--chunk-tokens",
+        type=_int(1),
+        default=2048,
+        metavar="C",
+        help="prefill tokens per request per pass (default %(default)s)",
+    )
+    p.add_argument(
+        "--placement",
+        type=_placements,
+        default=["end"],
+        metavar="P[,P2,...]",
+        help="checkpoint placement: end, grid:K or anchor; several, comma-separated,"
+        " give one run each (default end)",
+    )
+    p.add_argument("--offload", action="store_true", help="a CPU tier behind the store")
+    p.add_argument(
+        "--abort-rate",
+        type=_rate,
+        default=0.0,
+        metavar="P",
+        help="share of requests aborted at a random point (default 0)",
+    )
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="run the reference model in lockstep; stop at the first divergence",
+    )
+    p.add_argument(
+        "--executor",
+        choices=("none", "torch", "triton"),
+        default="none",
+        help="run the store's ops on real tensors and check every restore bit-exact",
+    )
+    p.add_argument(
+        "--limit", type=_int(1), default=None, metavar="N", help="replay only the first N requests"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of aborts and lost reports")
+    p.add_argument(
+        "--impl",
+        default="pagedstate.impl",
+        metavar="MODULE",
+        help="the store module to replay (UnitPool, PagedStateCheckpointCoordinator);"
+        " default %(default)s",
+    )
+    p.add_argument("--json", metavar="OUT", default=None, help="write every figure as JSON")
+    p.add_argument(
+        "--plot",
+        metavar="OUT.png",
+        default=None,
+        help="with several pool sizes: hit rate and tokens saved against pool size",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+    return p
+
+
+def _pct(x: float) -> str:
+    return f"{100.0 * x:.2f}%"
+
+
+def format_result(r: ReplayResult) -> str:
+    """A human-readable report of one run."""
+    cfg, g, c, f = r.config, r.geometry, r.counters, r.fates
+    s = r.summary()
+    t = r.timings_us["overall"]
+    lines = [
+        f"{cfg['model_id']}  pool {cfg['pool_gib']:g} GiB = {g['pool_units']:,} units of"
+        f" {g['unit_bytes']:,} B ({cfg['kv_block_tokens']} tokens)  image {g['image_bytes']:,} B"
+        f" = {g['image_units']} units  placement {cfg['placement']}"
+        + ("  offload" if cfg["offload"] else "")
+        + (f"  abort-rate {cfg['abort_rate']:g}" if cfg["abort_rate"] else ""),
+        f"  requests {c['requests']:,}: completed {c['completed']:,}, aborted {c['aborted']:,},"
+        f" rejected {c['rejected']:,}; peak running {c['peak_running']}; passes {c['passes']:,}",
+        f"  hit rate: {_pct(s['hit_rate_blocks'])} of prompt blocks"
+        f" (HBM {_pct(s['hbm_hit_rate_blocks'])}, CPU tier {_pct(s['cpu_hit_rate_blocks'])};"
+        f" KV prefix alone {_pct(s['kv_hit_rate_blocks'])}), {_pct(s['hit_rate_tokens'])} of"
+        f" prompt tokens",
+        f"  prefill tokens saved: {c['saved_tokens']:,} of {c['prompt_tokens']:,}",
+        f"  checkpoints: filed {c['checkpoints_filed']:,}, kept {f['checkpoints_kept']:,},"
+        f" dropped {f['checkpoints_dropped']:,}, evicted {f['checkpoints_evicted']:,},"
+        f" orphaned {f['checkpoints_orphaned']:,}, forfeited (offload pins reclaimed)"
+        f" {f['offload_pins_reclaimed']:,}",
+        f"  restores: HBM {c['hits']:,}, CPU tier {c['cpu_hits']:,}"
+        + (
+            f"; run on {r.executor.get('kind', '?')} tensors, {c['restores_checked']:,} checked"
+            " bit-exact"
+            if r.executor
+            else ""
+        ),
+        f"  store calls {int(t['calls']):,}: {t['mean']:.2f} us/call mean, p50 {t['p50']:.2f},"
+        f" p99 {t['p99']:.2f}; wall {r.wall_s:.1f} s"
+        + ("; verified against the reference" if r.verified else ""),
+    ]
+    return "\n".join(lines)
+
+
+def plot_results(results: Sequence[ReplayResult], out: Path) -> None:
+    """Hit rate and prefill tokens saved against pool size, one line per placement.
+
+    Raises:
+        ReplayError: matplotlib is not installed.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ReplayError("--plot needs matplotlib: pip install 'pagedstate[plot]'") from None
+    by: dict[str, list[ReplayResult]] = {}
+    for r in results:
+        by.setdefault(r.config["placement"], []).append(r)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for placement, rs in by.items():
+        rs = sorted(rs, key=lambda r: r.config["pool_gib"])
+        xs = [r.config["pool_gib"] for r in rs]
+        a.plot(xs, [100 * r.summary()["hit_rate_tokens"] for r in rs], marker="o", label=placement)
+        b.plot(xs, [r.counters["saved_tokens"] / 1e6 for r in rs], marker="o", label=placement)
+    first = results[0]
+    model = first.config["model_id"]
+    n = first.counters["requests"]
+    for ax, label in (
+        (a, "prompt tokens served from a checkpoint (%)"),
+        (b, "prefill tokens saved (millions)"),
+    ):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted({r.config["pool_gib"] for r in results}))
+        ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.set_xlabel("unit pool (GiB)")
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+        ax.legend(title="placement")
+    fig.suptitle(f"{model}: {n:,} requests, {first.config['kv_block_tokens']}-token KV pages")
+    fig.tight_layout()
+    _atomic_write(out, lambda f: fig.savefig(f, format="png", dpi=110))
+    plt.close(fig)
+
+
+def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:
+    """Write ``path`` through a temporary file in its folder, renamed at the end."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _check_out(path: str | None, what: str) -> Path | None:
+    if path is None:
+        return None
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise ReplayError(f"{what} {path}: the folder {parent} does not exist")
+    if p.is_dir():
+        raise ReplayError(f"{what} {path} is a folder")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """The ``replay`` subcommand; see the module docstring for the exit status."""
+    try:
+        return _run(args)
+    except ReplayError as e:
+        print(f"pagedstate replay: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    json_out = _check_out(args.json, "--json")
+    plot_out = _check_out(args.plot, "--plot")
+    if plot_out is not None and len(args.pool_gib) < 2:
+        raise ReplayError("--plot draws results against pool size: give several --pool-gib values")
+    if plot_out is not None:
+        try:
+            importlib.import_module("matplotlib")
+        except ImportError:
+            raise ReplayError("--plot needs matplotlib: pip install 'pagedstate[plot]'") from None
+    try:
+        impl = importlib.import_module(args.impl)
+    except ImportError as e:
+        raise ReplayError(f"--impl {args.impl}: cannot import it ({e})") from None
+    trace: list[TraceRequest] = load_trace(args.trace, args.limit)
+    factory = None
+    if args.executor != "none":
+        exec_mod = importlib.import_module("pagedstate.models.replay_exec")
+        factory = exec_mod.make_executor_factory(args.executor)
+    configs = [
+        ReplayConfig(
+            model_id=args.model,
+            pool_gib=g,
+            kv_block_tokens=args.kv_block_tokens,
+            max_running=args.max_running,
+            chunk_tokens=args.chunk_tokens,
+            placement=p,
+            offload=args.offload,
+            abort_rate=args.abort_rate,
+            verify=args.verify,
+            seed=args.seed,
+        )
+        for p in args.placement
+        for g in args.pool_gib
+    ]
+    # Build every engine first: bad input (model, pool too small for a request) is found
+    # before any run starts.
+    engines = [ReplayEngine(cfg, trace, impl, executor_factory=None) for cfg in configs]
+    del engines
+    results: list[ReplayResult] = []
+    progress = _Progress(len(configs), len(trace), quiet=args.quiet)
+    try:
+        for i, cfg in enumerate(configs):
+            progress.start(i, f"{cfg.placement} {cfg.pool_gib:g} GiB")
+            engine = ReplayEngine(
+                cfg, trace, impl, executor_factory=factory, progress=progress.update
+            )
+            try:
+                r = engine.run()
+            except ReplayError:
+                raise
+            except Divergence as e:
+                progress.close()
+                print(
+                    f"pagedstate replay: {cfg.placement} {cfg.pool_gib:g} GiB: {e}", file=sys.stderr
+                )
+                return 1
+            except Exception as e:  # the store (or the executor) misbehaved: a finding
+                progress.close()
+                print(
+                    f"pagedstate replay: {cfg.placement} {cfg.pool_gib:g} GiB: the replay"
+                    f" stopped at store call {engine.step}: {type(e).__name__}: {e}",
+                    file=sys.stderr,
+                )
+                return 1
+            results.append(r)
+    finally:
+        progress.close()
+    for r in results:
+        print(format_result(r))
+    if json_out is not None:
+        doc = {
+            "trace": str(args.trace),
+            "requests": len(trace),
+            "runs": [r.to_json() for r in results],
+        }
+        data = json.dumps(doc, indent=1).encode("utf-8")
+        _atomic_write(json_out, lambda f: f.write(data))
+        print(f"wrote {json_out}")
+    if plot_out is not None:
+        plot_results(results, plot_out)
+        print(f"wrote {plot_out}")
+    return 0
+
+
+class _Progress:
+    """A rich progress bar on stderr (off with ``quiet`` or when stderr is no terminal)."""
+
+    def __init__(self, runs: int, requests: int, *, quiet: bool) -> None:
+        self._bar: Any = None
+        self._task: Any = None
+        self._runs = runs
+        self._last = -1
+        if quiet or not sys.stderr.isatty():
+            return
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self._bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(file=sys.stderr),
+            transient=True,
+        )
+        self._bar.start()
+        self._task = self._bar.add_task("replay", total=requests)
+
+    def start(self, i: int, label: str) -> None:
+        if self._bar is not None:
+            self._bar.reset(self._task, description=f"run {i + 1}/{self._runs}: {label}")
+            self._last = -1
+
+    def update(self, done: int, total: int) -> None:
+        if self._bar is not None and done != self._last:
+            self._last = done
+            self._bar.update(self._task, completed=done, total=total)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
