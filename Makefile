@@ -45,6 +45,8 @@ help:
 	@echo "make bench-explore  explorer throughput (docs/benchmarks.md)"
 	@echo "make bench-gpu      GPU copy engine vs device-to-device copy (CUDA; docs/gpu-benchmarks.md)"
 	@echo "make test-gpu       the CUDA tests (skip without a GPU; tools/gpu_device_run.sh runs both)"
+	@echo "make replay-check   bounded replay on real input, reference in lockstep (part of check-only)"
+	@echo "make replay         the full conversation trace: README figures, docs/replay/ plot and JSON"
 	@echo "make mutation       mutmut over impl/store.py and impl/pool.py (hours; MUTATION_SAMPLE=K: every K-th)"
 	@echo "make wheel-check    build the wheel, install it in a fresh venv without dev extras, smoke-test it"
 	@echo "make clean          remove $(VENV), build outputs and caches"
@@ -84,6 +86,7 @@ check-only: $(STAMP)
 	$(VENV)/bin/pagedstate explore --config default --workers 2
 	$(MAKE) --no-print-directory docs-check
 	$(MAKE) --no-print-directory contracts
+	$(MAKE) --no-print-directory replay-check
 
 explore: $(STAMP)
 	$(VENV)/bin/pagedstate explore --config $(CONFIG)
@@ -205,6 +208,25 @@ wheel-check: $(STAMP)
 clean:
 	rm -rf $(VENV) build dist *.egg-info .hypothesis .mypy_cache .ruff_cache .pytest_cache
 	find . -name __pycache__ -type d -prune -not -path './.git/*' -exec rm -rf {} +
+
+# Trace replay (issue 5, models/replay.py). replay-check, part of `make check`: the first
+# 2,000 requests of the Mooncake conversation trace through the production store with the
+# reference model in lockstep (--verify), for each placement policy, with a CPU tier and
+# aborts; any divergence or broken invariant exits 1. `make replay`: the README's figures
+# (Qwen3-Next at 8/16/32/64 GiB x 3 placements, full trace) into docs/replay/.
+REPLAY_TRACE ?= ../shared/data/traces/conversation_trace.jsonl
+REPLAY_MODEL ?= Qwen/Qwen3-Next-80B-A3B-Instruct
+.PHONY: replay-check replay
+replay-check: $(STAMP)
+	@SECONDS=0; $(VENV)/bin/pagedstate replay $(REPLAY_TRACE) --model $(REPLAY_MODEL) \
+		--pool-gib 16 --placement end,anchor,grid:4 --limit 2000 --verify --offload \
+		--abort-rate 0.02 --quiet; rc=$$?; echo "make replay-check: $${SECONDS}s"; exit $$rc
+
+replay: $(STAMP)
+	mkdir -p docs/replay
+	$(VENV)/bin/pagedstate replay $(REPLAY_TRACE) --model $(REPLAY_MODEL) \
+		--pool-gib 8,16,32,64 --placement end,grid:4,anchor \
+		--json docs/replay/qwen3-next.json --plot docs/replay/qwen3-next.png
 
 # Mutation testing of impl/store.py and impl/pool.py with mutmut (docs/mutation.md): stages
 # HEAD under build/mutation and runs the [tool.mutmut] test selection against each mutant.

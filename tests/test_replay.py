@@ -1,0 +1,317 @@
+"""``pagedstate replay`` (issue 5): the trace replay engine model and its command.
+
+Runs on ``tests/data/conversation_slice.jsonl`` (the first 400 requests of the Mooncake
+conversation trace, shipped with the tests); the full shared traces are used where they are
+beside the checkout (always in CI).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pagedstate import impl as I
+from pagedstate.models import mutants as M
+from pagedstate.models import reference as R
+from pagedstate.models.cli import main
+from pagedstate.models.replay import (
+    Divergence,
+    ReplayConfig,
+    ReplayEngine,
+    ReplayError,
+    TraceError,
+    load_trace,
+    parse_placement,
+    replay,
+)
+
+SLICE = Path(__file__).parent / "data" / "conversation_slice.jsonl"
+SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "traces"
+QWEN = "Qwen/Qwen3-Next-80B-A3B-Instruct"
+
+needs_shared = pytest.mark.skipif(
+    not SHARED.is_dir() and not os.environ.get("CI"),
+    reason=f"shared traces not found at {SHARED} (shared/ is not beside this checkout)",
+)
+
+
+@pytest.fixture(scope="module")
+def trace() -> list[Any]:
+    return load_trace(SLICE)
+
+
+def _module(coordinator: type, pool: type = I.UnitPool) -> types.ModuleType:
+    mod = types.ModuleType("planted")
+    mod.UnitPool = pool  # type: ignore[attr-defined]
+    mod.PagedStateCheckpointCoordinator = coordinator  # type: ignore[attr-defined]
+    return mod
+
+
+def _cfg(**kw: Any) -> ReplayConfig:
+    base: dict[str, Any] = dict(model_id=QWEN, pool_gib=16.0, max_running=16)
+    base.update(kw)
+    return ReplayConfig(**base)
+
+
+# -- the engine model ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "placement, offload, abort",
+    [("end", False, 0.0), ("anchor", True, 0.0), ("grid:1", True, 0.2), ("grid:4", False, 0.1)],
+)
+def test_verified_replay_agrees_and_accounts_for_every_request(
+    trace: list[Any], placement: str, offload: bool, abort: float
+) -> None:
+    r = replay(
+        trace,
+        _cfg(
+            placement=placement, offload=offload, abort_rate=abort, verify=True, snapshot_every=16
+        ),
+    )
+    c = r.counters
+    assert r.verified
+    assert c["completed"] + c["aborted"] + c["rejected"] == c["requests"] == len(trace)
+    assert c["snapshots_compared"] > 1
+    if placement != "grid:4":
+        # The slice's reuse is mostly its shared first block (a system prompt): a 4-block
+        # grid has no boundary there, the others do
+        assert c["hits"] + c["cpu_hits"] > 0
+    assert c["saved_tokens"] == 512 * (c["hit_blocks"] + c["cpu_hit_blocks"])
+    assert r.fates["checkpoints_kept"] > 0
+    if abort:
+        assert c["aborted"] > 0
+        assert all(c[f"aborted_{w}"] > 0 for w in ("after_hit", "before_drain", "mid_prefill"))
+    else:
+        assert c["aborted"] == 0
+    if offload:
+        assert c["offload_stores"] > 0 and c["offload_reports"] > 0
+    json.dumps(r.to_json())  # serialisable
+
+
+def test_replay_is_deterministic(trace: list[Any]) -> None:
+    cfg = _cfg(placement="grid:2", offload=True, abort_rate=0.1)
+    a, b = replay(trace, cfg), replay(trace, cfg)
+    assert a.counters == b.counters and a.fates == b.fates
+
+
+def test_placements_file_their_boundaries(trace: list[Any]) -> None:
+    """``end`` files one boundary per prompt with a full block; ``grid:1`` one per block."""
+    end = replay(trace, _cfg(placement="end", pool_gib=64.0))
+    grid = replay(trace, _cfg(placement="grid:1", pool_gib=64.0))
+    full = [t.input_length // 512 for t in trace]
+    assert end.counters["checkpoints_filed"] <= sum(1 for f in full if f)
+    assert grid.counters["checkpoints_filed"] > 3 * end.counters["checkpoints_filed"]
+
+
+class _Spy(I.PagedStateCheckpointCoordinator):
+    hits: list[tuple[int, int]] = []
+
+    def resumable_hit(self, seq: Any, hit: int, block_hashes: Any, *a: Any) -> int:
+        _Spy.hits.append((seq.t.input_length, hit))
+        return super().resumable_hit(seq, hit, block_hashes, *a)
+
+
+def test_never_resumes_at_the_prompts_end_s5(trace: list[Any]) -> None:
+    _Spy.hits = []
+    replay(trace, _cfg(placement="grid:1", pool_gib=64.0), impl=_module(_Spy))
+    assert _Spy.hits
+    for n_in, hit in _Spy.hits:
+        assert hit * 512 < n_in  # at least one prompt token is computed
+
+
+class _NoRestore(I.PagedStateCheckpointCoordinator):
+    """Claims a restore (begin_restore True) but never queues one (S9)."""
+
+    def begin_restore(self, h: int, dst_slot: int) -> bool:
+        return self.store.contains(h)
+
+
+def test_a_hit_counts_only_with_a_queued_restore_s9(trace: list[Any]) -> None:
+    honest = replay(trace, _cfg(placement="end"))
+    r = replay(trace, _cfg(placement="end"), impl=_module(_NoRestore))
+    assert honest.counters["hits"] > 0 and honest.counters["restores_missing"] == 0
+    assert r.counters["hits"] == 0
+    assert r.counters["restores_missing"] == honest.counters["hits"]
+
+
+def test_timestamps_are_respected(tmp_path: Path) -> None:
+    lines = [
+        {"timestamp": 0, "input_length": 1000, "output_length": 3, "hash_ids": [1, 2]},
+        {"timestamp": 90_000, "input_length": 1000, "output_length": 3, "hash_ids": [1, 2]},
+    ]
+    p = tmp_path / "t.jsonl"
+    p.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    e = ReplayEngine(_cfg(), load_trace(p))
+    r = e.run()
+    assert e.clock.now_ms >= 90_000
+    assert r.counters["passes"] < 20  # idle time is jumped over, not stepped through
+    assert r.counters["hits"] == 1  # the second request resumes from the first's image
+
+
+# -- planted bugs: the lockstep check must catch them ------------------------------------------
+
+CAUGHT = [
+    "publish_at_begin",
+    "evict_pinned",
+    "nominate_copying",
+    "partial_release_accepted",
+    "unindex_releases_pinned",
+    "double_unpin_on_settle",
+]
+
+
+@pytest.mark.parametrize("name", CAUGHT)
+def test_verify_catches_a_planted_reference_mutant(trace: list[Any], name: str) -> None:
+    m = M.MUTANTS[name]
+    cfg = _cfg(placement="grid:2", offload=True, abort_rate=0.2, verify=True, snapshot_every=8)
+    with pytest.raises(Divergence) as e:
+        ReplayEngine(cfg, trace, _module(m.coordinator, R.UnitPool)).run()
+    assert e.value.call and e.value.production != e.value.reference
+
+
+class _ForgetfulUnindex(I.PagedStateCheckpointCoordinator):
+    """A production bug: an evicted KV prefix keeps its checkpoint findable."""
+
+    def unindex(self, h: int) -> None:
+        return None
+
+
+def test_verify_catches_a_planted_production_bug(trace: list[Any]) -> None:
+    with pytest.raises(Divergence, match="divergence at store call"):
+        replay(trace, _cfg(placement="grid:2", verify=True), impl=_module(_ForgetfulUnindex))
+    # without --verify the bug goes unnoticed: the check is what catches it
+    replay(trace, _cfg(placement="grid:2"), impl=_module(_ForgetfulUnindex))
+
+
+# -- bad input ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "line, needle",
+    [
+        ("not json", "not JSON"),
+        ("[1, 2]", "expected a JSON object"),
+        ('{"timestamp": 0, "input_length": 10, "hash_ids": [1]}', "missing field 'output_length'"),
+        (
+            '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1, 2]}',
+            "need 1 hash",
+        ),
+        (
+            '{"timestamp": -5, "input_length": 10, "output_length": 1, "hash_ids": [1]}',
+            "'timestamp'",
+        ),
+        ('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": ["a"]}', "hash_ids"),
+        ('{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": []}', "input_length"),
+    ],
+)
+def test_a_malformed_trace_line_is_named(tmp_path: Path, line: str, needle: str) -> None:
+    good = '{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}'
+    p = tmp_path / "t.jsonl"
+    p.write_text(f"{good}\n{line}\n")
+    with pytest.raises(TraceError, match=needle) as e:
+        load_trace(p)
+    assert f"{p}:2:" in str(e.value)
+
+
+def test_bad_configs_are_refused() -> None:
+    with pytest.raises(ReplayError, match="kv_block_tokens"):
+        _cfg(kv_block_tokens=544)
+    with pytest.raises(ReplayError, match="placement"):
+        _cfg(placement="grid:0")
+    with pytest.raises(ReplayError, match="abort_rate"):
+        _cfg(abort_rate=1.5)
+    with pytest.raises(ReplayError, match="pool_gib"):
+        _cfg(pool_gib=0)
+    assert parse_placement("grid:3") == ("grid", 3)
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    rc = main(["replay", *args, "--quiet"])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--model", "no/such-model", "--pool-gib", "8"], "unknown model id 'no/such-model'"),
+        (["--model", QWEN, "--pool-gib", "0.02"], "one checkpoint image"),
+        (["--model", QWEN, "--pool-gib", "0.1"], "cannot hold the request at trace line"),
+        (["--model", "state-spaces/mamba2-2.7b", "--pool-gib", "8"], "cannot be replayed"),
+        (["--model", QWEN, "--pool-gib", "8", "--plot", "x.png"], "several --pool-gib"),
+        (["--model", QWEN, "--pool-gib", "8", "--impl", "no.such.module"], "cannot import"),
+    ],
+)
+def test_cli_bad_input_exits_2_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], needle: str
+) -> None:
+    out = tmp_path / "out.json"
+    args = [a if a != "x.png" else str(tmp_path / "x.png") for a in args]
+    rc, _, err = _cli(capsys, str(SLICE), *args, "--json", str(out))
+    assert rc == 2
+    assert needle in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_malformed_trace_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "t.jsonl"
+    p.write_text(
+        '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}\n{oops\n'
+    )
+    out = tmp_path / "o.json"
+    rc, _, err = _cli(capsys, str(p), "--model", QWEN, "--pool-gib", "8", "--json", str(out))
+    assert rc == 2 and f"{p}:2: not JSON" in err and not out.exists()
+
+
+def test_cli_bad_option_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["replay", str(SLICE), "--model", QWEN, "--pool-gib", "8", "--abort-rate", "2"])
+    assert e.value.code == 2
+    assert "--abort-rate" in capsys.readouterr().err
+
+
+def test_cli_divergence_exits_1(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "planted_forgetful", _module(_ForgetfulUnindex))
+    rc, _, err = _cli(
+        capsys, str(SLICE), "--model", QWEN, "--pool-gib", "16", "--placement", "grid:2",
+        "--max-running", "16", "--verify", "--impl", "planted_forgetful",
+    )  # fmt: skip
+    assert rc == 1 and "divergence at store call" in err and "production:" in err
+
+
+def test_cli_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    j, png = tmp_path / "r.json", tmp_path / "r.png"
+    rc, out, _ = _cli(
+        capsys, str(SLICE), "--model", QWEN, "--pool-gib", "8,16", "--placement", "end,anchor",
+        "--limit", "150", "--json", str(j), "--plot", str(png),
+    )  # fmt: skip
+    assert rc == 0, out
+    doc = json.loads(j.read_text())
+    assert doc["requests"] == 150 and len(doc["runs"]) == 4
+    run = doc["runs"][0]
+    for key in ("summary", "counters", "fates", "timings_us", "occupancy", "wall_s", "geometry"):
+        assert key in run
+    assert run["timings_us"]["overall"]["p99"] >= run["timings_us"]["overall"]["p50"] > 0
+    assert run["occupancy"]["samples"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "hit rate:" in out and "prefill tokens saved:" in out
+
+
+@needs_shared
+@pytest.mark.parametrize("name", ["conversation_trace.jsonl", "synthetic_trace.jsonl"])
+def test_both_shipped_traces_replay_verified(name: str) -> None:
+    r = replay(SHARED / name, _cfg(placement="anchor", verify=True, pool_gib=32.0), limit=300)
+    c = r.counters
+    assert c["completed"] + c["aborted"] + c["rejected"] == 300
+    assert c["prompt_tokens"] > 0 and r.verified
