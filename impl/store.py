@@ -478,7 +478,9 @@ class PageUnitCheckpointStore:
         self.generation += 1
         self._changes.append((self.generation, prefix_hash))
 
-    def _push_victim(self, cid: int, rec: _Record) -> None:
+    def _push_victim(self, rec: _Record) -> None:
+        """Enter ``rec`` (just made evictable, or re-stamped) in the victim heap by its
+        recency stamp, which carries its id; stale entries are skipped when popped."""
         heap = self._victims
         heapq.heappush(heap, rec.stamp)
         # equivalent mutants: when to compact: speed only
@@ -536,7 +538,7 @@ class PageUnitCheckpointStore:
             self._num_evictable += 1 if now else -1
         # equivalent mutants: extra heap entries are skipped as stale
         if now and (not was or index == "add"):  # pragma: no mutate
-            self._push_victim(cid, rec)
+            self._push_victim(rec)
         if row.units == "release":
             self._release_record(cid)
         if self.row_sink is not None or self.on_transition is not None:
@@ -678,10 +680,13 @@ class PageUnitCheckpointStore:
             # is skipped.
             units = pool._reserve(u, (CHECKPOINT_OWNER, cid))
             if units is None:
-                self._next_checkpoint_id = cid  # refused, nothing changed: id not consumed
+                # equivalent mutants: unreachable: _make_room(u) or the free count above
+                # made room for u units, and no callback can take it back in between
+                self._next_checkpoint_id = cid  # pragma: no mutate
                 return None
             unit_ids = tuple(units)
-            rec = _Record(prefix_hash, unit_ids, _ABSENT)
+            # equivalent mutants: the row sets the phase
+            rec = _Record(prefix_hash, unit_ids, _ABSENT)  # pragma: no mutate
             self.records[cid] = rec
             self._apply(cid, rec, _BEGIN_STORE)
             self._inflight_stores.append(cid)

@@ -1032,3 +1032,62 @@ def test_a_pool_that_refuses_a_store_leaves_the_checkpoint_id_unused() -> None:
     pool.refuse = False
     assert store.begin_store(1, 0) is not None
     assert store.snapshot().pending == {1: 0}
+
+
+# -- survivors of the full run at 3a7fbf5 (docs/mutation.md) ---------------------------------
+
+
+def test_a_dedup_at_publish_does_not_stop_the_batch() -> None:
+    """F.12 with a third store after the duplicate in the same batch: the duplicate is
+    released and the completion goes on to publish the rest (``continue``, not ``break``)."""
+    from test_impl_lockstep import _istore
+
+    s = _istore(30)
+    assert s.begin_store(101, 0) is not None
+    first = s._pending_by_hash.pop(101)  # bypass the "already pending" guard
+    assert s.begin_store(101, 1) is not None
+    assert s.begin_store(202, 2) is not None
+    s.complete_inflight()
+    assert s.lookup(101) == first
+    assert s.lookup(202) >= 0
+    assert s.contains(202)
+
+
+@pytest.mark.parametrize("protect", [None, 101, 202, 999])
+def test_has_available_units_spares_exactly_the_protected_record(protect: int | None) -> None:
+    """Every count around the boundary, with and without a protected READY record, agrees
+    with the reference: the protected record withholds its units once, not twice."""
+    from conftest import spec
+
+    answers = []
+    for mod in (I, R):
+        s = mod.PageUnitCheckpointStore(mod.UnitPool(40), spec(10, 25))  # 3 units per image
+        for slot, h in enumerate((101, 202, 303)):
+            assert s.begin_store(h, slot) is not None
+            s.complete_inflight()
+        answers.append([s.has_available_units(n, protect) for n in range(45)])
+    assert answers[0] == answers[1]
+    free = 40 - 9
+    spare = 3 - (protect in (101, 202))
+    assert answers[0].index(False) == free + 3 * spare + 1
+
+
+def test_a_cloned_pool_defers_its_own_callbacks() -> None:
+    """A store over a cloned pool reserves inside the clone's own deferral block: cached KV
+    units it overwrites fire the clone's ``on_evict`` once the record is filed, and the
+    original pool is untouched."""
+    fired: list[int] = []
+    from conftest import spec
+
+    pool = I.UnitPool(6, on_evict=fired.append)
+    kv = pool.reserve_units(6, "kv")
+    assert kv is not None
+    pool.cache_units(kv, "kv", [11, 12, 13, 14, 15, 16])
+    store = I.PageUnitCheckpointStore(pool, spec(10, 25))
+    twin = store.clone()
+    assert twin.pool is not pool
+    assert twin.begin_store(101, 0) is not None
+    assert fired == [11, 12, 13]
+    assert pool.num_free == 6 and pool._defer == 0 and twin.pool._defer == 0
+    assert store.begin_store(202, 0) is not None
+    assert fired == [11, 12, 13, 11, 12, 13]
