@@ -46,6 +46,7 @@ help:
 	@echo "make bench-gpu      GPU copy engine vs device-to-device copy (CUDA; docs/gpu-benchmarks.md)"
 	@echo "make test-gpu       the CUDA tests (skip without a GPU; tools/gpu_device_run.sh runs both)"
 	@echo "make replay-check   bounded replay on real input, reference in lockstep (part of check-only)"
+	@echo "make bench-replay   full traces, plain and --verify: wall time and hit rates (docs/benchmarks.md)"
 	@echo "make replay         the full conversation trace: README figures, docs/replay/ plot and JSON"
 	@echo "make mutation       mutmut over impl/store.py and impl/pool.py (hours; MUTATION_SAMPLE=K: every K-th)"
 	@echo "make wheel-check    build the wheel, install it in a fresh venv without dev extras, smoke-test it"
@@ -221,6 +222,11 @@ replay-check: $(STAMP)
 	@SECONDS=0; $(VENV)/bin/pagedstate replay $(REPLAY_TRACE) --model $(REPLAY_MODEL) \
 		--pool-gib 16 --placement end,anchor,grid:4 --limit 2000 --verify --offload \
 		--abort-rate 0.02 --quiet; rc=$$?; echo "make replay-check: $${SECONDS}s"; exit $$rc
+
+# Wall time of the full traces, plain and --verify (issue 5's budget), into docs/benchmarks.md.
+.PHONY: bench-replay
+bench-replay: $(STAMP)
+	$(PY) -m pagedstate.models.bench_replay --out docs/benchmarks.md
 
 replay: $(STAMP)
 	mkdir -p docs/replay
