@@ -315,3 +315,24 @@ def test_both_shipped_traces_replay_verified(name: str) -> None:
     c = r.counters
     assert c["completed"] + c["aborted"] + c["rejected"] == 300
     assert c["prompt_tokens"] > 0 and r.verified
+
+
+@needs_shared
+def test_the_readme_example_prints_what_the_readme_shows(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The README's worked example, run: every line but the timing line is as printed there
+    (the replay is deterministic)."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    block = readme.split("$ pagedstate replay ", 1)[1].split("```", 1)[0]
+    command, _, shown = block.partition("\n      ")
+    args, _, shown = shown.partition("\n")
+    argv = ["replay", *command.replace("\\", "").split(), *args.split()]
+    argv[1] = str(SHARED / "conversation_trace.jsonl")
+    assert main([*argv, "--quiet"]) == 0
+    got = capsys.readouterr().out.strip().splitlines()
+    want = shown.strip().splitlines()
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        if not w.lstrip().startswith("store calls"):
+            assert g == w
