@@ -276,6 +276,9 @@ def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
+        mask = os.umask(0)  # mkstemp made it 0600: give it the mode a plain open would
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -305,6 +305,9 @@ def test_cli_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert run["timings_us"]["overall"]["p99"] >= run["timings_us"]["overall"]["p50"] > 0
     assert run["occupancy"]["samples"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    mask = os.umask(0)
+    os.umask(mask)
+    assert j.stat().st_mode & 0o777 == png.stat().st_mode & 0o777 == 0o666 & ~mask
     assert "hit rate:" in out and "prefill tokens saved:" in out
 
 
