@@ -426,6 +426,16 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
             say(f"locality control at {c} ...")
             locality[c] = _locality_control(prod_mod, o, c)
 
+    # The same requests served to the end at the lowest and highest concurrency: the store
+    # time each request costs, whatever number of calls it takes.
+    full: dict[int, EngineResult] = {}
+    if stand_in is None and lo_conc != hi_conc:
+        for c in (lo_conc, hi_conc):
+            say(f"concurrency {c}, run to completion: production ...")
+            full[c] = _replay(
+                prod_mod, replace(_config(o, c), stop_when_drained=False), trace, repeat=o.repeat
+            )
+
     rec_runs: list[tuple[str, int, EngineResult]] = []
     rec_plan = [(prod_label, prod_mod, n, o.repeat) for n in o.records] if stand_in is None else []
     rec_plan += [(o.ref, ref_mod, n, o.ref_repeat) for n in o.ref_records]
@@ -619,6 +629,41 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         lines += ["", verdict]
     else:
         lines.append("Not run (one concurrency level, or no production store).")
+    if full:
+        lines += [
+            "",
+            "### The same requests, served to the end (production)",
+            "",
+            "The runs above stop when nothing is left waiting, so they serve different"
+            " requests at each concurrency, and their call mix differs (a smaller pool drops"
+            " more KV prefixes, most of which have no checkpoint: many cheap `unindex`"
+            " misses). Here every request runs to completion at the lowest and the highest"
+            " concurrency, so both runs serve the same requests; store time is the sum of"
+            " the timed store calls (fastest of"
+            f" {o.repeat} replays, call by call). Context for the concurrency target, not a"
+            " target:",
+            "",
+            "| running requests | requests served | store calls | calls per request |"
+            " µs/call | store ms | store µs per request |",
+            "|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        per_req: dict[int, float] = {}
+        for c, fr in full.items():
+            calls = _store_calls(fr)
+            total_ns = sum(ns for m, (ns, _) in fr.timings.items() if m not in _NOT_STORE_OPS)
+            served = fr.counters["completed"]
+            per_req[c] = total_ns / 1000.0 / served if served else 0.0
+            lines.append(
+                f"| {c:,} | {served:,} | {calls:,} | {calls / served if served else 0:.1f} |"
+                f" {_fmt(_us(fr))} | {total_ns / 1e6:,.1f} | {per_req[c]:,.1f} |"
+            )
+        lo_r, hi_r = per_req[lo_conc], per_req[hi_conc]
+        lines += [
+            "",
+            f"Store time per request served, {hi_conc:,} / {lo_conc:,} running requests:"
+            f" {hi_r / lo_r if lo_r else 0.0:.2f}; µs per call:"
+            f" {_us(full[hi_conc]) / _us(full[lo_conc]) if _us(full[lo_conc]) else 0.0:.2f}.",
+        ]
     lines += [
         "",
         "### Engine counters (production run)",
@@ -708,6 +753,17 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
             f" Per unit of work, over the {lo:,} run's work mix: {per_work:.2f}"
             f" ({_verdict(per_work <= TARGET_CONCURRENCY_RATIO if judged else None)})."
         )
+    if full:
+        a, b = full[lo_conc], full[hi_conc]
+        ta = sum(ns for m, (ns, _) in a.timings.items() if m not in _NOT_STORE_OPS)
+        tb = sum(ns for m, (ns, _) in b.timings.items() if m not in _NOT_STORE_OPS)
+        na, nb = a.counters["completed"], b.counters["completed"]
+        if ta and na and nb:
+            lines.append(
+                f"- Context, not the target: serving the same {na:,} requests to the end,"
+                f" the store spends {(tb / nb) / (ta / na):.2f}x the time per request at"
+                f" {hi:,} running requests as at {lo:,} (per call: {_us(b) / _us(a):.2f}x)."
+            )
     prod_recs = [(n, rr) for label, n, rr in rec_runs if label == prod_label and judged]
     if len(prod_recs) >= 2:
         (n0, r0), (n1, r1) = min(prod_recs, key=lambda t: t[0]), max(prod_recs, key=lambda t: t[0])
