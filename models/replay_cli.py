@@ -191,6 +191,25 @@ def _pct(x: float) -> str:
     return f"{100.0 * x:.2f}%"
 
 
+def _occupancy_line(r: ReplayResult) -> str:
+    """Mean and peak shares of the pool over the run's occupancy samples."""
+    samples = r.occupancy
+    units = r.geometry["pool_units"]
+    if not samples or not units:
+        return "  pool occupancy: no samples"
+    cols = list(zip(*samples, strict=True))
+    kv, ckpt, cached = cols[1], cols[2], cols[3]
+
+    def mean(xs: Sequence[float]) -> float:
+        return sum(xs) / len(xs) / units
+
+    return (
+        f"  pool occupancy ({len(samples)} samples): running KV {_pct(mean(kv))} mean,"
+        f" checkpoint images {_pct(mean(ckpt))} mean / {_pct(max(ckpt) / units)} peak,"
+        f" cached KV {_pct(mean(cached))} mean"
+    )
+
+
 def format_result(r: ReplayResult) -> str:
     """A human-readable report of one run."""
     cfg, g, c, f = r.config, r.geometry, r.counters, r.fates
@@ -220,6 +239,7 @@ def format_result(r: ReplayResult) -> str:
             if r.executor
             else ""
         ),
+        _occupancy_line(r),
         f"  store calls {int(t['calls']):,}: {t['mean']:.2f} us/call mean, p50 {t['p50']:.2f},"
         f" p99 {t['p99']:.2f}; wall {r.wall_s:.1f} s"
         + ("; verified against the reference" if r.verified else ""),
