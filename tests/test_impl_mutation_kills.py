@@ -866,9 +866,7 @@ def test_restore_rows_name_the_checkpoint_and_the_slot() -> None:
     store = _stored(_stores()[1], 1)
     cid = store.lookup(1)
     seen: list[tuple[str, str, object]] = []
-    store.on_transition = lambda machine, row, subject: seen.append(
-        (machine, row.event, subject)
-    )
+    store.on_transition = lambda machine, row, subject: seen.append((machine, row.event, subject))
     for slot in (0, 1, 2):
         assert store.begin_restore(1, slot) is not None
     store.cancel_queued_restore(1)
@@ -1091,3 +1089,116 @@ def test_a_cloned_pool_defers_its_own_callbacks() -> None:
     assert pool.num_free == 6 and pool._defer == 0 and twin.pool._defer == 0
     assert store.begin_store(202, 0) is not None
     assert fired == [11, 12, 13, 11, 12, 13]
+
+
+# -- coordinator survivors of a sampled run (docs/mutation.md) --------------------------------
+
+
+class _Seq:
+    def __init__(self, slot: int, has: bool = True) -> None:
+        self.state_slot = slot
+        self.has_per_req_cache = has
+
+
+def test_applies_needs_both_the_switch_and_a_per_request_cache() -> None:
+    from conftest import spec
+
+    for mod in (I, R):
+        for enabled in (True, False):
+            c = mod.PagedStateCheckpointCoordinator(mod.UnitPool(8), spec(10, 25), enabled)
+            for has in (True, False):
+                assert c.applies(_Seq(0, has)) is (enabled and has), (mod.__name__, enabled, has)
+
+
+def test_an_attached_tier_votes_in_resumable_hit() -> None:
+    from conftest import spec
+
+    class Tier:
+        def could_serve(self, h: int) -> bool:
+            return h == 7
+
+    for mod in (I, R):
+        c = mod.PagedStateCheckpointCoordinator(mod.UnitPool(8), spec(10, 25), True)
+        assert c.resumable_hit(_Seq(0), 2, [5, 7]) == 0
+        c.attach_offload(Tier())
+        assert c.resumable_hit(_Seq(0), 2, [5, 7]) == 2
+        c.attach_offload(None)
+        assert c.resumable_hit(_Seq(0), 2, [5, 7]) == 0
+
+
+@pytest.mark.parametrize("case", ["no_slot_first", "same_hash_twice", "ready_first", "no_room"])
+def test_a_skipped_boundary_does_not_end_the_drain(case: str) -> None:
+    """Every way the drain skips a pending boundary (no slot, a hash already pending or
+    READY, no room) goes on to the boundaries filed after it; both stores agree."""
+    from conftest import spec
+
+    got = []
+    for mod in (I, R):
+        units = 3 if case == "no_room" else 30  # 3 units per image
+        c = mod.PagedStateCheckpointCoordinator(mod.UnitPool(units), spec(10, 25), True)
+        if case == "no_room":
+            assert c.pool.reserve_units(1, "kv") is not None
+        if case == "ready_first":
+            c.checkpoint(_Seq(0), 1, 101)
+            c.take_checkpoint_ops()
+            c.complete_previous_batch()
+        seqs = [_Seq(-1 if case == "no_slot_first" else 1), _Seq(2), _Seq(3)]
+        hashes = [101, 101 if case == "same_hash_twice" else 202, 303]
+        for s, h in zip(seqs, hashes, strict=True):
+            c.checkpoint(s, 1, h)
+        stores, _ = c.take_checkpoint_ops()
+        got.append(([op.src_slot for op in stores], c.checkpoint_fates()))
+    assert got[0] == got[1]
+    slots, fates = got[0]
+    want = {
+        "no_slot_first": [2, 3],
+        "same_hash_twice": [1, 3],
+        "ready_first": [2, 3],
+        "no_room": [],
+    }[case]
+    assert slots == want
+    if case == "no_room":
+        assert fates["checkpoints_dropped"] == 3
+
+
+def test_a_boundary_orphaned_during_the_drain_does_not_end_it() -> None:
+    """The first store of a drain overwrites the cached KV block of the second boundary's
+    hash: the re-entrant ``unindex`` drops that boundary, and the drain goes on to the third
+    (SPEC A.4, G5). The production store only: the reference pool caches no KV."""
+    from conftest import spec
+
+    for mod in (I,):
+        pool = mod.UnitPool(12)
+        c = mod.PagedStateCheckpointCoordinator(pool, spec(10, 25), True)  # 3 units per image
+        pool.on_evict = c.unindex
+        assert pool.reserve_units(6, "other") is not None
+        kv = pool.reserve_units(6, "kv")
+        assert kv is not None
+        pool.cache_units(kv, "kv", [202, 900, 901, 902, 903, 904])  # 202 goes first
+        for slot, h in ((1, 101), (2, 202), (3, 303)):
+            c.checkpoint(_Seq(slot), 1, h)
+        stores, _ = c.take_checkpoint_ops()
+        assert [op.src_slot for op in stores] == [1, 3], mod.__name__
+        assert c.checkpoint_fates()["checkpoints_orphaned"] == 1
+
+
+def test_scratch_stores_issue_oldest_first_within_the_budget() -> None:
+    """Two queued midstep scratch stores and room in the batch for one: the one queued
+    first is issued, the other waits (both stores agree)."""
+    from conftest import spec
+
+    got = []
+    for mod in (I, R):
+        c = mod.PagedStateCheckpointCoordinator(
+            mod.UnitPool(30), spec(10, 25), True, readable_midstep=True
+        )
+        c.attach_midstep_scratch(R.SlotPool([40, 41, 42]), 2)
+        seq = _Seq(1)
+        c.checkpoint(_Seq(0), 1, 100)  # takes one op of the budget of 2
+        first = c.reserve_midstep(seq, [(16, 707)])
+        c.publish_midstep(first)
+        second = c.reserve_midstep(seq, [(32, 808)])
+        c.publish_midstep(second)
+        stores, _ = c.take_checkpoint_ops()
+        got.append([op.src_slot for op in stores])
+    assert got[0] == got[1] == [0, 40]
