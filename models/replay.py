@@ -446,6 +446,23 @@ class _Side:
         self.fns["pool.reserve_units"] = p.reserve_units
         self.fns["pool.release_units"] = p.release_units
         self.fns["pool.num_free"] = lambda: p.num_free
+        self.fns["pool.mark_clean"] = p.mark_clean
+
+
+class _ExecutorPool:
+    """The production pool as the copy executor sees it: reads go to the pool itself;
+    ``mark_clean`` (the executor zeroed freed units, SPEC G10) goes through the engine's
+    ``_call``, so it is timed and, with ``verify``, made on the reference too."""
+
+    def __init__(self, engine: ReplayEngine) -> None:
+        self._engine = engine
+        self._pool = engine.prod.pool
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pool, name)
+
+    def mark_clean(self, unit_ids: Iterable[int]) -> None:
+        self._engine._call("pool.mark_clean", list(unit_ids))
 
 
 @attrs.define
@@ -594,7 +611,7 @@ class ReplayEngine:
             rmod = importlib.import_module(reference) if isinstance(reference, str) else reference
             self.ref = _Side(rmod, self.units, spec, self.tier, self.clock)
         self.executor = (
-            executor_factory(self.layout, self.units, config.max_running, self.prod.pool)
+            executor_factory(self.layout, self.units, config.max_running, _ExecutorPool(self))
             if executor_factory is not None
             else None
         )
@@ -971,11 +988,28 @@ class ReplayEngine:
         if running:
             c["drains"] += 1
             stores, restores = self._call("take_checkpoint_ops")
+            expect = self._expect
             if self.executor is not None and (stores or restores):
                 self.executor.run_batch(stores, restores)
                 for op in restores:
-                    self.executor.check_restored(op.dst_slot, self._expect.pop(op.dst_slot))
+                    self.executor.check_restored(op.dst_slot, expect[op.dst_slot])
                     c["restores_checked"] += 1
+            for op in restores:
+                if expect.pop(op.dst_slot, None) is None:
+                    raise Divergence(
+                        self.step - 1,
+                        "take_checkpoint_ops()",
+                        f"a restore into slot {op.dst_slot}, which no admission queued",
+                        "only the restores begin_restore queued",
+                    )
+            if expect:
+                # S9: restore_queued_for promised these, and the drain did not deliver them
+                raise Divergence(
+                    self.step - 1,
+                    "take_checkpoint_ops()",
+                    f"no restore into slots {sorted(expect)}",
+                    "the restores restore_queued_for reported queued",
+                )
             self._trim_cache()
         if self.tier is not None:
             self._offload_take()
@@ -1105,7 +1139,7 @@ class ReplayEngine:
                 "p50": p50,
                 "p99": p99,
             }
-            if name != "pool.num_free":
+            if name not in ("pool.num_free", "pool.mark_clean"):
                 every.extend(s)
         p50, p99 = _percentiles(every)
         timings["overall"] = {

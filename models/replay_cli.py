@@ -392,6 +392,7 @@ def _run(args: argparse.Namespace) -> int:
                 )
                 return 1
             results.append(r)
+            del engine  # its tensors go before the next run's are made
     finally:
         progress.close()
     for r in results:

@@ -339,3 +339,18 @@ def test_the_readme_example_prints_what_the_readme_shows(
     for g, w in zip(got, want, strict=True):
         if not w.lstrip().startswith("store calls"):
             assert g == w
+
+
+class _PhantomRestore(I.PagedStateCheckpointCoordinator):
+    """Says a restore is queued (S9 evidence) when the drain will deliver none."""
+
+    def begin_restore(self, h: int, dst_slot: int) -> bool:
+        return self.store.contains(h)
+
+    def restore_queued_for(self, dst_slot: int) -> bool:
+        return True
+
+
+def test_a_promised_restore_that_no_drain_delivers_is_reported(trace: list[Any]) -> None:
+    with pytest.raises(Divergence, match="no restore into slots"):
+        replay(trace, _cfg(placement="end"), impl=_module(_PhantomRestore))
