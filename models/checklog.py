@@ -215,9 +215,9 @@ class _Opaque:
         return self.text
 
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, _Opaque)
-            and (self.type_name, self.text) == (other.type_name, other.text)
+        return isinstance(other, _Opaque) and (self.type_name, self.text) == (
+            other.type_name,
+            other.text,
         )
 
     def __hash__(self) -> int:
@@ -299,8 +299,9 @@ def decode(
             items = [d(x) for x in body]
             return {"tuple": tuple, "set": set, "frozenset": frozenset}[tag](items)
         if tag == "dict":
-            if not (isinstance(body, list) and all(isinstance(p, list) and len(p) == 2
-                                                   for p in body)):
+            if not (
+                isinstance(body, list) and all(isinstance(p, list) and len(p) == 2 for p in body)
+            ):
                 raise ValueError(f"dict needs [key, value] pairs: {v!r}")
             return {d(k): d(x) for k, x in body}
         if tag == "float":
@@ -377,7 +378,7 @@ class _Script:
         return self.replay.decode(outcome["ok"])
 
     def finish(self) -> None:
-        for event in self.events[self.pos:]:
+        for event in self.events[self.pos :]:
             self.problems.append(
                 f"the implementation called {event[0]}"
                 f"({', '.join(_dump(a) for a in event[1])}); the reference did not"
@@ -647,8 +648,10 @@ class _Replay:
         self.script.reset(ext)
         self.rows.order.clear()
         try:
-            result: tuple[str, Any] = ("ok", encode(getattr(target, method)(*call_args,
-                                                                          **call_kwargs)))
+            result: tuple[str, Any] = (
+                "ok",
+                encode(getattr(target, method)(*call_args, **call_kwargs)),
+            )
         except Exception as exc:
             result = ("raised", {"type": type(exc).__name__, "message": str(exc)})
         self.script.finish()
@@ -659,8 +662,9 @@ class _Replay:
         if normalize_rows(labels) != normalize_rows(rows):
             diffs.append(Difference("rows", labels, rows))
         if self.clock.reads != len(readings):
-            diffs.append(Difference("clock", f"{self.clock.reads} reading(s)",
-                                    f"{len(readings)} reading(s)"))
+            diffs.append(
+                Difference("clock", f"{self.clock.reads} reading(s)", f"{len(readings)} reading(s)")
+            )
         if self.script.problems:
             diffs.append(Difference("ext", self.script.problems, ext))
         expected_post = _fingerprint(self.coordinator)
@@ -701,8 +705,14 @@ def check_log(lines: Iterable[str | bytes], *, require_footer: bool = True) -> C
             if isinstance(obj.get("call"), str):
                 call = obj["call"]
             if footer is not None:
-                return CheckResult("mismatch", lineno, calls, lineno, call,
-                                   "a line after the footer (the footer closes the log)")
+                return CheckResult(
+                    "mismatch",
+                    lineno,
+                    calls,
+                    lineno,
+                    call,
+                    "a line after the footer (the footer closes the log)",
+                )
             if replay is None:
                 replay = _Replay(obj)
                 continue
@@ -710,7 +720,11 @@ def check_log(lines: Iterable[str | bytes], *, require_footer: bool = True) -> C
                 count = _field(obj, "calls", int, "the footer")
                 if count != calls:
                     return CheckResult(
-                        "mismatch", lineno, calls, lineno, None,
+                        "mismatch",
+                        lineno,
+                        calls,
+                        lineno,
+                        None,
                         f"the footer counts {count} calls; the log holds {calls} call lines",
                         (Difference("calls", calls, count),),
                     )
@@ -720,8 +734,9 @@ def check_log(lines: Iterable[str | bytes], *, require_footer: bool = True) -> C
                 raise _Unreadable(f"unknown line kind {obj['kind']!r}")
             diffs = replay.replay(obj, calls + 1)
         except UnicodeDecodeError as exc:
-            return CheckResult("unreadable", lineno, calls, lineno, None,
-                               f"not UTF-8 ({exc.reason})")
+            return CheckResult(
+                "unreadable", lineno, calls, lineno, None, f"not UTF-8 ({exc.reason})"
+            )
         except _Unreadable as exc:
             hint = ""
             if replay is None and lineno == 1:
@@ -731,27 +746,42 @@ def check_log(lines: Iterable[str | bytes], *, require_footer: bool = True) -> C
             return CheckResult("unsupported", lineno, calls, lineno, call, str(exc))
         if diffs:
             return CheckResult(
-                "mismatch", lineno, calls, lineno, call,
-                "the reference model disagrees with the logged call", diffs,
+                "mismatch",
+                lineno,
+                calls,
+                lineno,
+                call,
+                "the reference model disagrees with the logged call",
+                diffs,
             )
         calls += 1
     if replay is None:
-        return CheckResult("unreadable", lineno, 0, lineno + 1, None,
-                           "the log is empty: no header line")
+        return CheckResult(
+            "unreadable", lineno, 0, lineno + 1, None, "the log is empty: no header line"
+        )
     if footer is None:
         if not require_footer:
             return CheckResult(
-                "matched", lineno, calls, None, None,
+                "matched",
+                lineno,
+                calls,
+                None,
+                None,
                 "the log has no footer (accepted): only the lines it holds are checked",
             )
         return CheckResult(
-            "incomplete", lineno, calls, lineno + 1, None,
+            "incomplete",
+            lineno,
+            calls,
+            lineno + 1,
+            None,
             f"the log ends after line {lineno} without its footer: the run did not close it"
             " (crashed, killed, or still writing), so calls after the last line may be missing",
         )
     stopped = footer.get("stopped")
-    return CheckResult("matched", lineno, calls, None, None, "", (),
-                       stopped if isinstance(stopped, str) else None)
+    return CheckResult(
+        "matched", lineno, calls, None, None, "", (), stopped if isinstance(stopped, str) else None
+    )
 
 
 def check_file(path: str, *, require_footer: bool = True) -> CheckResult:

@@ -536,15 +536,11 @@ BAD_INPUTS: Mapping[str, BadInput] = MappingProxyType(
         "contains_str": lambda s, m: s.coord.contains("1"),
         "restore_queued_for_bool": lambda s, m: s.coord.restore_queued_for(True),
         "applies_not_a_sequence": lambda s, m: s.coord.applies(object()),
-        "reserve_midstep_not_a_sequence": lambda s, m: s.coord.reserve_midstep(
-            object(), [(0, 1)]
-        ),
+        "reserve_midstep_not_a_sequence": lambda s, m: s.coord.reserve_midstep(object(), [(0, 1)]),
         "resumable_hit_str_hash": lambda s, m: s.coord.resumable_hit(_seq0(m), 1, ["1"]),
         "publish_stale_scratch": _stale_scratch,
         "release_transfer_unhashable": lambda s, m: s.coord.release_transfer_units(["x"]),
-        "reserve_transfer_hostile": lambda s, m: s.coord.reserve_transfer_units(
-            _HostileOwner()
-        ),
+        "reserve_transfer_hostile": lambda s, m: s.coord.reserve_transfer_units(_HostileOwner()),
         "pool_reserve_hostile_owner": lambda s, m: s.pool.reserve_units(1, _HostileOwner()),
         "pool_release_record_whole": _release_record_whole,
         "pool_has_free_str": lambda s, m: s.pool.has_free("1"),

@@ -147,6 +147,7 @@ def prefix_hash(block_id: int) -> int:
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK63
     return x ^ (x >> 31)
 
+
 _T = TypeVar("_T")
 _now = time.perf_counter_ns
 

@@ -194,7 +194,7 @@ def _pct(x: float) -> str:
 def _occupancy_line(r: ReplayResult) -> str:
     """Mean and peak shares of the pool over the run's occupancy samples."""
     samples = r.occupancy
-    units = r.geometry["pool_units"]
+    units = int(r.geometry["pool_units"])
     if not samples or not units:
         return "  pool occupancy: no samples"
     cols = list(zip(*samples, strict=True))
