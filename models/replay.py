@@ -16,18 +16,25 @@ What it models
   KV pages and checkpoint images share that one pool (the point of the design: SPEC A).
 - **Clock and arrivals.** Requests arrive at their trace ``timestamp`` (ms). One scheduler
   pass takes ``pass_ms`` of simulated time and decodes one token per decoding request (a fixed
-  decode rate of ``1000 / pass_ms`` tokens per second). When no request is prefilling and none
-  waits, the passes until the next event (an arrival, a request finishing, an offload report)
-  are taken as one long pass, since they make no store call that changes anything.
+  decode rate of ``1000 / pass_ms`` tokens per second). When no request is prefilling, none
+  waits and the pass filed no checkpoint, the passes until the next event (an arrival, a
+  request finishing, an offload report or reclaim) are taken as one long pass: they would
+  make the same store calls (empty drains and completions) at different times, which only
+  the CPU tier's pin stamps could see.
 - **Admission** (FIFO, up to ``max_running`` state slots, head-of-line): the KV hit is the
   leading prompt blocks the KV prefix index holds, capped so that at least one prompt token
   is computed (a resume point is never at or past the prompt's end, SCENARIOS S5);
   ``r = resumable_hit(seq, hit, hashes)``; the gate ``has_available_units`` protects
   ``hashes[r-1]``; when the image is in the store, ``begin_restore`` queues it into the slot
-  and the hit only counts if ``restore_queued_for(slot)`` says a restore will write the slot
-  (S9); when only the CPU tier has it, it counts as a CPU-tier hit (the host copy is the
-  engine's, not the store's). Then ``ensure_free_units`` and the request's KV reservation
-  (every page of prompt and output, reserved at once).
+  only if ``restore_queued_for(slot)`` says a restore will write the slot (S9; the next drain
+  must then deliver it, or the run stops); when only the CPU tier has it, the host copy is
+  the engine's, not the store's. A resume counts (hits, tokens saved) at the request's first
+  forward, once its restore ran: an abort before that counts none. A store answering a resume
+  point past the KV hit it was given stops the run. Then ``ensure_free_units`` and the
+  request's KV reservation (every page of prompt and output, reserved at once). If nothing
+  runs and the request only fits by evicting the image it would resume from, it resumes from
+  nothing (``resumes_given_up``); if it does not fit even so, it waits while an offload pin
+  holds room (reclaimed after its timeout), else it is ``rejected``.
 - **Prefill** in chunks of ``chunk_tokens`` per pass, resumed after block ``r``; a chunk also
   ends at each checkpoint boundary of the placement policy, where ``checkpoint`` is filed:
   ``end`` (the prompt's last full block), ``grid:K`` (every K blocks), ``anchor`` (the deepest
@@ -37,15 +44,18 @@ What it models
   nominated stores; the forward (prefill chunks, decode tokens); completions
   (``forget_pending``, the KV pages go back, the prompt's blocks stay cached in the KV prefix
   index while the pool has room). When the prefix index drops a block, ``unindex`` reports it.
-- **Aborts** at ``abort_rate`` per request, at a random point: between the hit and the
-  allocation, before the drain of the pass that admitted it, or after a random number of
-  prefill chunks. An abort is ``forget_pending`` (it cancels a queued restore) and the KV
-  pages go back.
+- **Aborts**: each request is drawn for an abort with probability ``abort_rate``, at a random
+  point: between the hit and the allocation, before the drain of the pass that admitted it,
+  or after 1 to 4 prefill chunks (after its last one if it has fewer). Every drawn abort
+  happens. An abort is ``forget_pending`` (it cancels a queued restore and drops a filed
+  boundary) and the KV pages go back.
 - **CPU tier** (``offload``): a capacity-bounded LRU index of prefix hashes
   (``could_serve``); each pass hands nominated images over (``take_offload_stores``), each
   report arrives ``offload_delay_ms`` later (``release_offload_store_source`` then
   ``settle_offload_store``) except a ``offload_loss_rate`` share, which is lost: the pin is
-  reclaimed after ``offload_timeout_s`` (``reclaim_stale_offload_pins``, a forfeit).
+  reclaimed after ``offload_timeout_s`` (``reclaim_stale_offload_pins``, a forfeit); the run
+  goes on until every pin is settled or reclaimed. A CPU-tier load costs nothing here (no
+  transfer reservation, no delay), so CPU-tier hit rates are an upper bound.
 
 What it leaves out (and why the figures are still meaningful): KV pages a running request
 shares with another running request are charged twice (the pool's tags have one owner), and
@@ -74,6 +84,10 @@ from pagedstate.spec.snapshot import check_invariants
 
 #: Tokens per hash block in the Mooncake traces (their README).
 TRACE_BLOCK_TOKENS = 512
+#: Arrival times beyond this (ms, about 31 years) are refused as not a trace's.
+MAX_TIMESTAMP_MS = 10**12
+#: The largest pool the replay models, in units (the pools are Python lists of units).
+MAX_POOL_UNITS = 1 << 24
 #: Owner-tag prefix of a running request's KV reservation (SPEC A.3).
 KV_OWNER = "live-kv"
 _MASK63 = (1 << 63) - 1
@@ -176,28 +190,48 @@ def load_trace(path: Path | str, limit: int | None = None) -> list[TraceRequest]
     out: list[TraceRequest] = []
     last_ts = 0
     try:
-        f = open(path, encoding="utf-8")
+        f = open(path, "rb")
     except OSError as e:
         raise TraceError(f"{path}: cannot read the trace: {e.strerror or e}") from None
     with f:
-        for lineno, line in enumerate(f, 1):
+        for lineno, raw in enumerate(f, 1):
             if limit is not None and len(out) >= limit:
                 break
-            if not line.strip():
-                continue
             where = f"{path}:{lineno}"
             try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                why = f"{e.reason} at byte {e.start}"
+                raise TraceError(f"{where}: not UTF-8 text ({why})") from None
+            if not line.strip():
+                continue
+            try:
                 d = json.loads(line)
-            except ValueError as e:
+            except (ValueError, RecursionError) as e:
                 raise TraceError(f"{where}: not JSON ({e})") from None
             if not isinstance(d, dict):
                 raise TraceError(f"{where}: expected a JSON object, got {type(d).__name__}")
             ts = _field_int(d, "timestamp", where, 0)
+            if ts > MAX_TIMESTAMP_MS:
+                raise TraceError(
+                    f"{where}: 'timestamp' {ts} ms is beyond {MAX_TIMESTAMP_MS} ms (about 31"
+                    " years): not a trace's arrival time"
+                )
             n_in = _field_int(d, "input_length", where, 1)
             n_out = _field_int(d, "output_length", where, 0)
             ids = d.get("hash_ids")
-            if not isinstance(ids, list) or not all(type(h) is int and h >= 0 for h in ids):
-                raise TraceError(f"{where}: 'hash_ids' must be a list of ints >= 0, got {ids!r}")
+            if not isinstance(ids, list) or not all(
+                type(h) is int and 0 <= h <= _MASK63 for h in ids
+            ):
+                raise TraceError(
+                    f"{where}: 'hash_ids' must be a list of ints in [0, 2**63),"
+                    f" got {_text(ids, 200)}"
+                )
+            if len(set(ids)) != len(ids):
+                raise TraceError(
+                    f"{where}: 'hash_ids' repeats an id: prefix-chained ids name distinct"
+                    " prefixes, so one prompt cannot hold the same id twice"
+                )
             want = -(-n_in // TRACE_BLOCK_TOKENS)
             if len(ids) != want:
                 raise TraceError(
@@ -223,7 +257,7 @@ def parse_placement(text: str) -> tuple[str, int]:
         return text, 0
     if text.startswith("grid:"):
         k = text[5:]
-        if k.isdigit() and int(k) >= 1:
+        if k.isascii() and k.isdigit() and int(k) >= 1:
             return "grid", int(k)
     raise ReplayError(f"placement must be 'end', 'anchor' or 'grid:K' (K >= 1), got {text!r}")
 
@@ -391,6 +425,8 @@ class _Req:
         "abort_at",
         "chunks",
         "admitted_pass",
+        "resumed",
+        "resumed_cpu",
     )
 
     def __init__(self, t: TraceRequest) -> None:
@@ -407,6 +443,8 @@ class _Req:
         self.abort_at: tuple[str, int] | None = None
         self.chunks = 0
         self.admitted_pass = -1
+        self.resumed = 0  # blocks resumed; counted at the first forward, once restored
+        self.resumed_cpu = False
 
 
 def _text(value: Any, limit: int = 600) -> str:
@@ -414,15 +452,41 @@ def _text(value: Any, limit: int = 600) -> str:
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
+def _store_module(impl: ModuleType | str) -> ModuleType:
+    """The store module ``impl`` (a module or its name), with both classes.
+
+    Raises:
+        ReplayError: it cannot be imported, or lacks ``UnitPool`` or
+            ``PagedStateCheckpointCoordinator``.
+    """
+    if isinstance(impl, str):
+        try:
+            impl = importlib.import_module(impl)
+        except (ImportError, ValueError, TypeError) as e:
+            raise ReplayError(f"store module {impl!r}: cannot import it ({e})") from None
+    missing = [n for n in ("UnitPool", "PagedStateCheckpointCoordinator") if not hasattr(impl, n)]
+    if missing:
+        raise ReplayError(f"store module {impl.__name__!r} has no {' or '.join(missing)}")
+    return impl
+
+
 class _Side:
     """One implementation: its pool and coordinator, and its methods by call name."""
 
     def __init__(self, module: ModuleType, units: int, spec: Any, tier: Any, clock: Any) -> None:
         self.module = module
-        self.pool = module.UnitPool(units)
-        self.coordinator = module.PagedStateCheckpointCoordinator(
-            self.pool, spec, True, tier, False, clock=clock
-        )
+        try:
+            self.pool = module.UnitPool(units)
+            self.coordinator = module.PagedStateCheckpointCoordinator(
+                self.pool, spec, True, tier, False, clock=clock
+            )
+        except TypeError as e:
+            raise ReplayError(
+                f"store module {module.__name__!r}: its constructors must take the"
+                " reference's arguments, UnitPool(num_units) and"
+                " PagedStateCheckpointCoordinator(pool, spec, enabled, offload,"
+                f" readable_midstep, *, clock): {e}"
+            ) from None
         c, p = self.coordinator, self.pool
         self.fns: dict[str, Callable[..., Any]] = {
             name: getattr(c, name)
@@ -583,6 +647,12 @@ class ReplayEngine:
         self.image_units = int(spec.units_per_checkpoint)
         self.units = int(config.pool_gib * _GIB) // self.unit_bytes
         gib = config.pool_gib
+        if self.units > MAX_POOL_UNITS:
+            raise ReplayError(
+                f"a pool of {gib:g} GiB is {self.units:,} units of {self.unit_bytes:,} bytes;"
+                f" the replay models at most {MAX_POOL_UNITS:,} units (a smaller pool, or"
+                " larger --kv-block-tokens)"
+            )
         if self.units < self.image_units:
             raise ReplayError(
                 f"a pool of {gib:g} GiB is {self.units} units of {self.unit_bytes:,} bytes;"
@@ -604,12 +674,11 @@ class ReplayEngine:
         if config.offload:
             cap = max(1, int(config.offload_gib * _GIB) // max(1, int(self.layout.image_bytes)))
             self.tier = _CpuTier(cap)
-        mod = importlib.import_module(impl) if isinstance(impl, str) else impl
+        mod = _store_module(impl)
         self.prod = _Side(mod, self.units, spec, self.tier, self.clock)
         self.ref: _Side | None = None
         if config.verify:
-            rmod = importlib.import_module(reference) if isinstance(reference, str) else reference
-            self.ref = _Side(rmod, self.units, spec, self.tier, self.clock)
+            self.ref = _Side(_store_module(reference), self.units, spec, self.tier, self.clock)
         self.executor = (
             executor_factory(self.layout, self.units, config.max_running, _ExecutorPool(self))
             if executor_factory is not None
@@ -644,6 +713,7 @@ class ReplayEngine:
                 "saved_tokens",
                 "restores_queued",
                 "restores_missing",
+                "resumes_given_up",
                 "restores_checked",
                 "checkpoints_filed",
                 "unindexed",
@@ -663,6 +733,7 @@ class ReplayEngine:
         self._seen: set[int] = set()  # full-block ids of earlier requests (anchor)
         self._free_slots = list(range(config.max_running))
         self._offload_due: deque[tuple[float, Any, bool]] = deque()
+        self._filed = False  # a checkpoint was filed this pass: the next pass drains it
         #: slot -> the prefix hash a queued restore will write into it (executor checks)
         self._expect: dict[int, int] = {}
         self.occupancy: list[list[float]] = []
@@ -820,14 +891,28 @@ class ReplayEngine:
             self._free_slots.sort(reverse=True)
             req.state_slot = -1
 
-    def _admit(self, req: _Req) -> str:
-        """``"ok"``, ``"blocked"`` (no room now) or ``"aborted"``."""
+    def _admit(self, req: _Req, idle: bool) -> str:
+        """``"ok"``, ``"blocked"`` (no room now) or ``"aborted"``. ``idle``: nothing runs, so
+        waiting frees nothing; the request then gives up its resume point if protecting it
+        is what keeps it out (the image is evicted instead)."""
         hit = self._kv_hit(req)
         r = self._call("resumable_hit", req, hit, req.hashes) if hit else 0
+        if type(r) is not int or not 0 <= r <= hit:
+            # S5 rests on this: the KV hit is capped below the prompt's end, and a resume
+            # point past it would skip computing the prompt's last tokens
+            raise Divergence(
+                self.step - 1,
+                self._call_text("resumable_hit", (req, hit, req.hashes)),
+                _text(r),
+                f"an int in [0, {hit}] (the KV hit, capped below the prompt's end: S5)",
+            )
         need = self._kv_units(req.t)
         protected = req.hashes[r - 1] if r else None
         if not self._call("has_available_units", need, protected):
-            return "blocked"
+            if not (idle and r and self._call("has_available_units", need, None)):
+                return "blocked"
+            r, protected = 0, None
+            self.c["resumes_given_up"] += 1
         slot = self._free_slots.pop()
         req.state_slot = slot
         cpu = False
@@ -863,14 +948,8 @@ class ReplayEngine:
         c = self.c
         if hit:
             c["kv_hit_blocks"] += hit
+        req.resumed, req.resumed_cpu = r, cpu
         if r:
-            if cpu:
-                c["cpu_hits"] += 1
-                c["cpu_hit_blocks"] += r
-            else:
-                c["hits"] += 1
-                c["hit_blocks"] += r
-            c["saved_tokens"] += r * TRACE_BLOCK_TOKENS
             if self.executor is not None:
                 # the restore (HBM: this pass's drain; CPU tier: the engine) leaves the slot
                 # at the boundary; a CPU-tier restore is modelled by writing the state
@@ -879,6 +958,16 @@ class ReplayEngine:
         elif self.executor is not None:
             self.executor.set_state(slot, _fresh_key(req))
         return "ok"
+
+    def _count_resume(self, req: _Req) -> None:
+        c, r = self.c, req.resumed
+        if req.resumed_cpu:
+            c["cpu_hits"] += 1
+            c["cpu_hit_blocks"] += r
+        else:
+            c["hits"] += 1
+            c["hit_blocks"] += r
+        c["saved_tokens"] += r * TRACE_BLOCK_TOKENS
 
     def _prefill_chunk(self, req: _Req) -> None:
         n_in = req.t.input_length
@@ -909,6 +998,7 @@ class ReplayEngine:
             b = bs[req.next_boundary]
             req.next_boundary += 1
             self.c["checkpoints_filed"] += 1
+            self._filed = True
             self._call("checkpoint", req, b * self.block_units, req.hashes[b - 1])
         if end == n_in:
             req.generated = 1  # the last prefill chunk yields the first token
@@ -956,17 +1046,22 @@ class ReplayEngine:
     def _pass(self, waiting: deque[_Req], running: list[_Req]) -> None:
         c = self.c
         c["passes"] += 1
+        self._filed = False
         self._call("complete_previous_batch")
         if self.tier is not None:
             self._offload_reports()
         admitted: list[_Req] = []
         while waiting and self._free_slots:
             req = waiting[0]
-            got = self._admit(req)
+            got = self._admit(req, not running and not admitted)
             if got == "blocked":
                 c["admission_blocked"] += 1
                 if not running and not admitted:
-                    waiting.popleft()  # cannot fit even an idle pool (checked up front)
+                    if self.tier is not None and self.prod.coordinator.has_offload_pins():
+                        break  # an offload pin holds the room: reclaimed after its timeout
+                    # Nothing runs and nothing will free room: the request needs more than
+                    # the pool can give even with every unpinned image evicted.
+                    waiting.popleft()
                     c["rejected"] += 1
                     continue
                 break
@@ -1017,13 +1112,15 @@ class ReplayEngine:
         aborted: list[_Req] = []
         for req in running:
             if req.computed < req.t.input_length:
+                if req.chunks == 0 and req.resumed:
+                    self._count_resume(req)  # the drain above restored it (or the host did)
                 self._prefill_chunk(req)
                 a = req.abort_at
+                # after its a[1]-th chunk, or its last one if it has fewer
                 if (
                     a is not None
                     and a[0] == "mid_prefill"
-                    and req.chunks >= a[1]
-                    and req.computed < req.t.input_length
+                    and (req.chunks >= a[1] or req.computed >= req.t.input_length)
                 ):
                     aborted.append(req)
                     continue
@@ -1042,7 +1139,7 @@ class ReplayEngine:
 
     def _skip(self, arrivals: deque[_Req], waiting: deque[_Req], running: list[_Req]) -> None:
         """Take the passes until the next event as one (see the module docstring)."""
-        if waiting or any(r.computed < r.t.input_length for r in running):
+        if self._filed or waiting or any(r.computed < r.t.input_length for r in running):
             return
         step = self.config.pass_ms
         horizon = math.inf
@@ -1107,17 +1204,34 @@ class ReplayEngine:
         self._free_slots.sort(reverse=True)
         total = len(self.trace)
         t_start = time.perf_counter()
-        while arrivals or waiting or running or self._offload_due:
+        tier = self.tier
+        coordinator = self.prod.coordinator
+        # Lost offload reports leave pins the store reclaims after a timeout: the run goes on
+        # (passes with nothing to run) until they are (SPEC D.1 step 11).
+        while (
+            arrivals
+            or waiting
+            or running
+            or self._offload_due
+            or (tier is not None and coordinator.has_offload_pins())
+        ):
             clock = self.clock
             if not waiting and not running and arrivals:
-                clock.now_ms = max(clock.now_ms, float(arrivals[0].t.timestamp_ms))
+                wake = float(arrivals[0].t.timestamp_ms)
+                if self._offload_due:
+                    wake = min(wake, self._offload_due[0][0])
+                clock.now_ms = max(clock.now_ms, wake)
             while arrivals and arrivals[0].t.timestamp_ms <= clock.now_ms:
                 waiting.append(arrivals.popleft())
             self._pass(waiting, running)
             if self.ref is not None and self.c["passes"] % cfg.snapshot_every == 0:
                 self._compare_snapshots()
-            if clock.now_ms >= next_occ and len(self.occupancy) < cfg.occupancy_points:
+            if clock.now_ms >= next_occ:
                 self._sample_occupancy()
+                if len(self.occupancy) >= cfg.occupancy_points:
+                    # keep the whole run in view: every other sample, twice the interval
+                    del self.occupancy[1::2]
+                    self._occ_every_ms *= 2
                 next_occ = clock.now_ms + self._occ_every_ms
             if self.progress is not None:
                 self.progress(self.c["completed"] + self.c["aborted"] + self.c["rejected"], total)
@@ -1125,6 +1239,7 @@ class ReplayEngine:
             self._skip(arrivals, waiting, running)
         # the last drain's stores are published by one more completion
         self._call("complete_previous_batch")
+        self._sample_occupancy()
         wall = time.perf_counter() - t_start
         if self.ref is not None:
             self._compare_snapshots()

@@ -25,6 +25,7 @@ from pagedstate.models.replay import (
     ReplayError,
     ReplayResult,
     TraceRequest,
+    _store_module,
     load_trace,
     parse_placement,
 )
@@ -306,14 +307,28 @@ def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:
 
 
 def _check_out(path: str | None, what: str) -> Path | None:
+    """The output path, checked before any run: its folder exists and takes a new file.
+
+    Raises:
+        ReplayError: empty path, no such folder, a folder named, or nothing can be written
+            there.
+    """
     if path is None:
         return None
+    if not path.strip():
+        raise ReplayError(f"{what}: the path is empty")
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise ReplayError(f"{what} {path}: the folder {parent} does not exist")
     if p.is_dir():
         raise ReplayError(f"{what} {path} is a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{p.name}.", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise ReplayError(f"{what} {path}: cannot write in {parent} ({e.strerror or e})") from None
     return p
 
 
@@ -324,11 +339,21 @@ def run(args: argparse.Namespace) -> int:
     except ReplayError as e:
         print(f"pagedstate replay: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (``| head``): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
 
 
 def _run(args: argparse.Namespace) -> int:
     json_out = _check_out(args.json, "--json")
     plot_out = _check_out(args.plot, "--plot")
+    if json_out is not None and plot_out is not None and json_out.resolve() == plot_out.resolve():
+        raise ReplayError(f"--json and --plot name the same file, {args.json}")
+    for what, values in (("--pool-gib", args.pool_gib), ("--placement", args.placement)):
+        twice = sorted({str(v) for v in values if values.count(v) > 1})
+        if twice:
+            raise ReplayError(f"{what} names {', '.join(twice)} twice: one run each")
     if plot_out is not None and len(args.pool_gib) < 2:
         raise ReplayError("--plot draws results against pool size: give several --pool-gib values")
     if plot_out is not None:
@@ -336,10 +361,7 @@ def _run(args: argparse.Namespace) -> int:
             importlib.import_module("matplotlib")
         except ImportError:
             raise ReplayError("--plot needs matplotlib: pip install 'pagedstate[plot]'") from None
-    try:
-        impl = importlib.import_module(args.impl)
-    except ImportError as e:
-        raise ReplayError(f"--impl {args.impl}: cannot import it ({e})") from None
+    impl = _store_module(args.impl)
     trace: list[TraceRequest] = load_trace(args.trace, args.limit)
     factory = None
     if args.executor != "none":
@@ -387,7 +409,8 @@ def _run(args: argparse.Namespace) -> int:
                 progress.close()
                 print(
                     f"pagedstate replay: {cfg.placement} {cfg.pool_gib:g} GiB: the replay"
-                    f" stopped at store call {engine.step}: {type(e).__name__}: {e}",
+                    f" stopped at store call {max(0, engine.step - 1)}:"
+                    f" {type(e).__name__}: {e}",
                     file=sys.stderr,
                 )
                 return 1
@@ -395,8 +418,10 @@ def _run(args: argparse.Namespace) -> int:
             del engine  # its tensors go before the next run's are made
     finally:
         progress.close()
-    for r in results:
-        print(format_result(r))
+    wrote = []
+    if plot_out is not None:
+        plot_results(results, plot_out)
+        wrote.append(plot_out)
     if json_out is not None:
         doc = {
             "trace": str(args.trace),
@@ -405,10 +430,11 @@ def _run(args: argparse.Namespace) -> int:
         }
         data = json.dumps(doc, indent=1).encode("utf-8")
         _atomic_write(json_out, lambda f: f.write(data))
-        print(f"wrote {json_out}")
-    if plot_out is not None:
-        plot_results(results, plot_out)
-        print(f"wrote {plot_out}")
+        wrote.append(json_out)
+    for r in results:
+        print(format_result(r))
+    for path in wrote:
+        print(f"wrote {path}")
     return 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import types
 from pathlib import Path
 from typing import Any
@@ -354,3 +355,161 @@ class _PhantomRestore(I.PagedStateCheckpointCoordinator):
 def test_a_promised_restore_that_no_drain_delivers_is_reported(trace: list[Any]) -> None:
     with pytest.raises(Divergence, match="no restore into slots"):
         replay(trace, _cfg(placement="end"), impl=_module(_PhantomRestore))
+
+
+# -- found by an adversarial review (each failed before its fix) ------------------------------
+
+UNIT = 12_582_912  # Qwen3-Next at 512-token pages
+
+
+def _write(tmp_path: Path, lines: list[dict[str, Any]], name: str = "t.jsonl") -> Path:
+    p = tmp_path / name
+    p.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return p
+
+
+def test_an_idle_pool_gives_up_a_resume_before_rejecting_a_request(tmp_path: Path) -> None:
+    """The second request needs the whole 40-unit pool; its own resume point protects the
+    only image. Nothing runs, so it resumes from nothing instead of being rejected."""
+    p = _write(tmp_path, [
+        dict(timestamp=0, input_length=600, output_length=2, hash_ids=[1, 2]),
+        dict(timestamp=1000, input_length=40 * 512 - 2, output_length=2,
+             hash_ids=[1, *range(100, 139)]),
+    ])  # fmt: skip
+    r = replay(p, _cfg(pool_gib=40 * UNIT / 2**30 + 1e-9, placement="end", verify=True))
+    assert r.counters["completed"] == 2 and r.counters["rejected"] == 0
+    assert r.counters["resumes_given_up"] == 1 and r.counters["hits"] == 0
+
+
+def test_a_pin_of_a_lost_report_is_waited_for_and_reclaimed(tmp_path: Path) -> None:
+    p = _write(tmp_path, [
+        dict(timestamp=0, input_length=600, output_length=2, hash_ids=[1, 2]),
+        dict(timestamp=100, input_length=40 * 512 - 2, output_length=2,
+             hash_ids=list(range(100, 140))),
+    ])  # fmt: skip
+    cfg = _cfg(pool_gib=40 * UNIT / 2**30 + 1e-9, offload=True, offload_loss_rate=1.0)
+    e = ReplayEngine(cfg, load_trace(p))
+    r = e.run()
+    c = r.counters
+    assert c["completed"] == 2 and c["rejected"] == 0
+    assert c["offload_reports_lost"] == c["offload_reclaimed"] == r.fates["offload_pins_reclaimed"]
+    assert c["offload_reports_lost"] >= 1
+    assert not e.prod.coordinator.has_offload_pins()
+
+
+@pytest.mark.parametrize("where, counted", [
+    ("after_hit", False), ("before_drain", False), ("mid_prefill", True),
+])  # fmt: skip
+def test_a_resume_counts_only_once_its_restore_ran(
+    tmp_path: Path, where: str, counted: bool
+) -> None:
+    p = _write(tmp_path, [
+        dict(timestamp=0, input_length=600, output_length=2, hash_ids=[1, 2]),
+        dict(timestamp=1000, input_length=600, output_length=2, hash_ids=[1, 3]),
+    ])  # fmt: skip
+    e = ReplayEngine(_cfg(abort_rate=0.5, verify=True), load_trace(p))
+
+    # abort the second request, at ``where`` (the engine draws abort points in ``run``)
+    import random
+
+    class Rng(random.Random):
+        n = 0
+
+        def random(self) -> float:
+            Rng.n += 1
+            return 0.0 if Rng.n == 2 else 0.99
+
+        def choice(self, seq: Any) -> Any:
+            return where
+
+        def randint(self, a: int, b: int) -> int:
+            return 1
+
+    e.rng = Rng(0)
+    r = e.run()
+    c = r.counters
+    assert c["aborted"] == 1 and c["restores_queued"] == 1
+    assert c["hits"] == (1 if counted else 0)
+    assert c["saved_tokens"] == (512 if counted else 0)
+
+
+class _Overclaim(I.PagedStateCheckpointCoordinator):
+    """Answers a resume point past the KV hit it was given (breaks S5's premise)."""
+
+    def resumable_hit(self, seq: Any, hit: int, block_hashes: Any, *a: Any) -> int:
+        got = super().resumable_hit(seq, hit, block_hashes, *a)
+        return got + 1 if got else got
+
+
+def test_a_store_answering_past_the_kv_hit_is_caught_without_verify(trace: list[Any]) -> None:
+    with pytest.raises(Divergence, match=r"(?s)resumable_hit.*S5"):
+        replay(trace, _cfg(placement="end"), impl=_module(_Overclaim))
+
+
+@pytest.mark.parametrize(
+    "raw, needle",
+    [
+        (b'{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [\xff]}\n',
+         "not UTF-8"),
+        (b'{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [9223372036854775808]}\n',  # noqa: E501
+         "[0, 2**63)"),
+        (b'{"timestamp": 0, "input_length": 1100, "output_length": 1, "hash_ids": [7, 7, 9]}\n',
+         "repeats an id"),
+        (b'{"timestamp": 100000000000000000000, "input_length": 10, "output_length": 1, "hash_ids": [1]}\n',  # noqa: E501
+         "beyond"),
+        (b"[" * 100000 + b"]" * 100000 + b"\n", "not JSON"),
+    ],
+)  # fmt: skip
+def test_more_malformed_traces_are_named(tmp_path: Path, raw: bytes, needle: str) -> None:
+    p = tmp_path / "t.jsonl"
+    p.write_bytes(raw)
+    with pytest.raises(TraceError, match=re.escape(needle)) as e:
+        load_trace(p)
+    assert f"{p}:1:" in str(e.value)
+
+
+def test_a_byte_order_mark_is_accepted(tmp_path: Path) -> None:
+    p = tmp_path / "t.jsonl"
+    p.write_bytes(
+        b'\xef\xbb\xbf{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}\n'
+    )
+    assert load_trace(p)[0].hash_ids == (1,)
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--json", "/proc/out.json"], "cannot write in /proc"),
+        (["--json", "SAME", "--plot", "SAME", "--pool-gib", "8,16"], "name the same file"),
+        (["--pool-gib", "8,8"], "--pool-gib names 8.0 twice"),
+        (["--placement", "end,end"], "--placement names end twice"),
+        (["--impl", "os"], "has no UnitPool"),
+        (["--impl", ""], "cannot import"),
+        (["--pool-gib", "1e12"], "at most"),
+        (["--json", " "], "the path is empty"),
+    ],
+)
+def test_more_bad_options_exit_2_writing_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], needle: str
+) -> None:
+    extra = [str(tmp_path / "same.out") if a == "SAME" else a for a in extra]
+    args = ["--model", QWEN]
+    if "--pool-gib" not in extra:
+        args += ["--pool-gib", "8"]
+    rc, _, err = _cli(capsys, str(SLICE), *args, *extra)
+    assert rc == 2, err
+    assert needle in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_every_drawn_abort_happens(trace: list[Any]) -> None:
+    r = replay(trace, _cfg(abort_rate=1.0))
+    assert r.counters["aborted"] == len(trace) and r.counters["completed"] == 0
+
+
+def test_occupancy_covers_the_whole_run(trace: list[Any]) -> None:
+    e = ReplayEngine(_cfg(max_running=1), trace[:60])
+    r = e.run()
+    assert len(r.occupancy) <= e.config.occupancy_points
+    assert r.occupancy[-1][0] == round(e.clock.now_ms / 1000.0, 3)
+    assert r.occupancy[0][0] < r.occupancy[-1][0] / 4
