@@ -260,7 +260,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``) and run the chosen subcommand."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # reported with the subcommand's own usage where it has one (``pagedstate replay``)
+        sub = getattr(args, "subparser", None)
+        (sub if isinstance(sub, argparse.ArgumentParser) else parser).error(
+            f"unrecognized arguments: {' '.join(extra)}"
+        )
     func: Handler | None = getattr(args, "func", None)
     if func is None:
         parser.print_help(sys.stderr)

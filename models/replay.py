@@ -219,7 +219,9 @@ def load_trace(path: Path | str, limit: int | None = None) -> list[TraceRequest]
                 )
             n_in = _field_int(d, "input_length", where, 1)
             n_out = _field_int(d, "output_length", where, 0)
-            ids = d.get("hash_ids")
+            if "hash_ids" not in d:
+                raise TraceError(f"{where}: missing field 'hash_ids'")
+            ids = d["hash_ids"]
             if not isinstance(ids, list) or not all(
                 type(h) is int and 0 <= h <= _MASK63 for h in ids
             ):
@@ -688,6 +690,8 @@ class ReplayEngine:
         self.rng = random.Random(config.seed)
         self.loss_rng = random.Random(config.seed ^ 0x5EED)
         self.step = 0
+        #: the store method of the latest call (named when a run stops on an error)
+        self.last_call = ""
         #: method -> per-call ns (production), in call order.
         self.samples: dict[str, array[int]] = {}
         self.c: dict[str, int] = dict.fromkeys(
@@ -747,6 +751,7 @@ class ReplayEngine:
         fn = self.prod.fns[name]
         step = self.step
         self.step = step + 1
+        self.last_call = name
         err: BaseException | None = None
         t0 = time.perf_counter_ns()
         try:

@@ -184,7 +184,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="with several pool sizes: hit rate and tokens saved against pool size",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, subparser=p)
     return p
 
 
@@ -262,7 +262,14 @@ def plot_results(results: Sequence[ReplayResult], out: Path) -> None:
     except ImportError:
         raise ReplayError("--plot needs matplotlib: pip install 'pagedstate[plot]'") from None
     by: dict[str, list[ReplayResult]] = {}
-    for r in results:
+
+    # a fixed order (end, anchor, then the grids by K), so a placement keeps its colour
+    # from one plot to the next
+    def order(r: ReplayResult) -> tuple[int, int]:
+        kind, k = parse_placement(r.config["placement"])
+        return ({"end": 0, "anchor": 1}.get(kind, 2), k)
+
+    for r in sorted(results, key=order):
         by.setdefault(r.config["placement"], []).append(r)
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
     for placement, rs in by.items():
@@ -354,6 +361,8 @@ def _run(args: argparse.Namespace) -> int:
         twice = sorted({str(v) for v in values if values.count(v) > 1})
         if twice:
             raise ReplayError(f"{what} names {', '.join(twice)} twice: one run each")
+    if plot_out is not None and plot_out.suffix.lower() != ".png":
+        raise ReplayError(f"--plot writes a PNG image: name it *.png, got {args.plot}")
     if plot_out is not None and len(args.pool_gib) < 2:
         raise ReplayError("--plot draws results against pool size: give several --pool-gib values")
     if plot_out is not None:
@@ -409,7 +418,7 @@ def _run(args: argparse.Namespace) -> int:
                 progress.close()
                 print(
                     f"pagedstate replay: {cfg.placement} {cfg.pool_gib:g} GiB: the replay"
-                    f" stopped at store call {max(0, engine.step - 1)}:"
+                    f" stopped at store call {max(0, engine.step - 1)} ({engine.last_call}):"
                     f" {type(e).__name__}: {e}",
                     file=sys.stderr,
                 )

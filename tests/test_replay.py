@@ -513,3 +513,41 @@ def test_occupancy_covers_the_whole_run(trace: list[Any]) -> None:
     assert len(r.occupancy) <= e.config.occupancy_points
     assert r.occupancy[-1][0] == round(e.clock.now_ms / 1000.0, 3)
     assert r.occupancy[0][0] < r.occupancy[-1][0] / 4
+
+
+def test_a_misspelled_option_gets_the_replay_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["replay", str(SLICE), "--model", QWEN, "--pool-gib", "8", "--verfy"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert "usage: pagedstate replay" in err and "unrecognized arguments: --verfy" in err
+
+
+def test_plot_must_be_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = _cli(
+        capsys, str(SLICE), "--model", QWEN, "--pool-gib", "8,16", "--plot", str(tmp_path / "p.txt")
+    )
+    assert rc == 2 and "*.png" in err and list(tmp_path.iterdir()) == []
+
+
+class _Raising(I.PagedStateCheckpointCoordinator):
+    calls = 0
+
+    def begin_restore(self, h: int, dst_slot: int) -> bool:
+        _Raising.calls += 1
+        if _Raising.calls == 3:
+            raise KeyError("planted")
+        return super().begin_restore(h, dst_slot)
+
+
+def test_a_store_error_names_the_call(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    _Raising.calls = 0
+    monkeypatch.setitem(sys.modules, "planted_raising", _module(_Raising))
+    rc, _, err = _cli(capsys, str(SLICE), "--model", QWEN, "--pool-gib", "16",
+                      "--impl", "planted_raising")  # fmt: skip
+    assert rc == 1
+    assert "(begin_restore): KeyError: 'planted'" in err
