@@ -80,6 +80,7 @@ from typing import Any, Protocol
 
 import attrs
 
+from pagedstate.models.engine import prefix_hash
 from pagedstate.spec.snapshot import check_invariants
 
 #: Tokens per hash block in the Mooncake traces (their README).
@@ -135,16 +136,6 @@ class Divergence(AssertionError):
             f"divergence at store call {step}: {call}\n  production: {production}\n"
             f"  reference:  {reference}"
         )
-
-
-def prefix_hash(block_id: int) -> int:
-    """The prefix hash for a trace block id: a bijective 63-bit mix (splitmix64's finaliser
-    mod 2**63), so the store's hash tables see spread values as they would from an engine
-    (vLLM hashes the block's tokens) instead of the trace's dense small ids."""
-    x = block_id & _MASK63
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK63
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK63
-    return x ^ (x >> 31)
 
 
 @attrs.frozen
@@ -575,6 +566,10 @@ class ReplayResult:
         }
 
     def to_json(self) -> dict[str, Any]:
+        """The ``--json`` document of one run: ``config``, ``geometry`` (bytes, units),
+        ``summary`` (rates as fractions, tokens), ``counters``, ``fates``, ``timings_us``
+        (microseconds per call), ``occupancy`` (``t_s`` in seconds, the rest in units),
+        ``wall_s`` (seconds), ``verified``, ``executor``. JSON-serialisable."""
         return {
             "config": self.config,
             "geometry": self.geometry,
