@@ -1,0 +1,622 @@
+"""Prefill/decode transfer of checkpoint images (issue 6, SPEC D.12): the driver
+:mod:`pagedstate.models.transfer` on CPU tensors.
+
+Two kinds of test:
+
+- **in one process**, the protocol steps of :class:`Sender` and :class:`Receiver` (each with
+  its own production pool and coordinator) driven by hand, the bytes handed over by a copy:
+  header checks, refusals that change nothing, duplicate adoption, late releases from an
+  earlier attempt, the abort path, a raising adoption;
+- **two real processes over gloo** (``spawn_transfer``: a ``file://`` rendezvous, so no port
+  to pick; every run is bounded, a rank still alive after its limit is killed): the happy
+  path in both payload modes, the sender dying after its leases, the sender stalling past the
+  receiver's timeout, the same image arriving twice, the receiver's pool unable to fit an
+  image, and peers of different layouts.
+
+Sizes: a slice of Qwen3-Next (1 recurrent and 2 attention layers, / 32, 128-token pages):
+an image of 34,304 B in 3 units of 16,384 B (5 region pieces).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from pagedstate.models import transfer as T  # noqa: E402
+from pagedstate.models.transfer import (  # noqa: E402
+    CRASH_EXIT,
+    ImageHeader,
+    Incoming,
+    Receiver,
+    Refusal,
+    Sender,
+    TransferConfig,
+    spawn_transfer,
+)
+from pagedstate.spec import check_invariants  # noqa: E402
+from pagedstate.spec.errors import (  # noqa: E402
+    InvalidArgumentError,
+    LeaseReusedError,
+)
+from pagedstate.spec.types import TRANSFER_OWNER  # noqa: E402
+
+U = 3  # units per image of the default slice
+IMAGE = 34_304
+#: Bound on one two-process run (each takes about 2 s here; the stall test about 6 s).
+RUN_LIMIT_S = 60
+
+
+def small(**kw: Any) -> TransferConfig:
+    base: dict[str, Any] = dict(images=4, window=2, slots=2, units=4 * U, timeout_s=10.0)
+    base.update(kw)
+    if "receiver_units" not in kw:  # room for every image, the local one and a round
+        base["receiver_units"] = (base["images"] + 1 + base["window"]) * U
+    return TransferConfig(**base)
+
+
+def pair(cfg: TransferConfig) -> tuple[Sender, Receiver]:
+    s = Sender(cfg)
+    s.prefill()
+    return s, Receiver(cfg)
+
+
+def move(s: Sender, r: Receiver, out: T.Outgoing, inc: Incoming) -> None:
+    """The wire, in one process: the sender's bytes into the receiver's buffers."""
+    if s.cfg.payload == "staged":
+        data = [s.gather(out, s.staging[0])]
+        bufs = r.buffers(inc, r.staging[0])
+    else:
+        data = s.regions(out)
+        bufs = r.buffers(inc, None)
+    assert [d.numel() for d in data] == [b.numel() for b in bufs]
+    for d, b in zip(data, bufs, strict=True):
+        b.copy_(d)
+    r.land(inc, r.staging[0] if s.cfg.payload == "staged" else None)
+    s.finish(out)
+
+
+def restored(r: Receiver, h: int, slot: int) -> Any:
+    assert r.coord.begin_restore(h, slot)
+    assert r.run_batch() == 1
+    return r.tensors.read_image(slot)
+
+
+def terminal_leases(result: dict[str, Any]) -> tuple[int, int]:
+    """(leases acquired, leases settled) from a sender's rows; fails on any reclaim."""
+    ev = result["events"]
+    assert not [e for e in ev if e[0] == "offload" and e[2] == "reclaim"], "a lease timed out"
+    acquired = {tuple(e[3]) for e in ev if e[0] == "offload" and e[2] == "acquire"}
+    settled = {tuple(e[3]) for e in ev if e[0] == "offload" and e[2] == "settle"}
+    assert settled == acquired, f"leases not ended by settle: {acquired - settled}"
+    return len(acquired), len(settled)
+
+
+def no_leak(result: dict[str, Any], other: int = 0) -> None:
+    """Every unit is free or held by a record (or by ``other`` tenant units): no reservation,
+    suspended restore or lease pin left; SPEC C holds."""
+    acc = result["accounting"]
+    assert acc["transfers"] == 0 and acc["suspended"] == 0 and acc["offload_pins"] == 0, acc
+    assert acc["other"] == other, acc
+    assert acc["free"] + acc["records"] + acc["other"] == acc["num_units"], acc
+    assert result["invariants"] == []
+    assert result["has_offload_pins"] is False
+    assert result["offload_pins_reclaimed"] == 0
+
+
+# -- configuration and wire rows --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"window": 3, "slots": 2},
+        {"backend": "nccl"},  # nccl runs on cuda
+        {"device": "cuda"},  # gloo runs on cpu
+        {"backend": "mpi"},
+        {"payload": "scatter"},
+        {"fault": "explode"},
+        {"fault_image": 4},
+        {"images": 0},
+        {"slice": (1, 2)},
+        {"timeout_s": 0},
+        {"timeout_s": True},
+        {"verify": "maybe"},
+        {"receiver_units": 0},
+    ],
+)
+def test_config_refuses_bad_fields(kw: dict[str, Any]) -> None:
+    with pytest.raises(InvalidArgumentError):
+        small(**kw)
+
+
+def test_header_rows_are_int64_and_round_trip() -> None:
+    h = ImageHeader(3, (1 << 62) + 5, U, IMAGE, T.layout_digest("x"), 1)
+    assert ImageHeader.from_row(h.row()) == h
+    with pytest.raises(InvalidArgumentError, match="int64"):
+        ImageHeader(0, 1 << 63, U, IMAGE, 0).row()
+    with pytest.raises(T.WireError):
+        ImageHeader.from_row([1, 2, 3])
+    assert T.layout_digest("a") != T.layout_digest("b")
+    assert 0 <= T.layout_digest("a") < 1 << 63
+    keys = {T.image_key(7, i) for i in range(1000)}
+    assert len(keys) == 1000 and all(0 <= k < 1 << 62 for k in keys)
+
+
+def test_rounds_send_the_duplicate_alone_last() -> None:
+    cfg = small(images=5, window=2, fault="duplicate", fault_image=1)
+    assert cfg.rounds() == [[(0, 0), (1, 0)], [(2, 0), (3, 0)], [(4, 0)], [(1, 1)]]
+
+
+def test_sender_refuses_a_pool_too_small_for_its_images() -> None:
+    with pytest.raises(InvalidArgumentError, match="hold all"):
+        Sender(small(units=4 * U - 1))
+
+
+# -- the protocol in one process ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("payload", ["staged", "regions"])
+def test_one_image_end_to_end_is_bit_exact(payload: str) -> None:
+    s, r = pair(small(payload=payload))
+    h = s.keys[1]
+    out = s.lease(1)
+    assert out.units and s.coord.has_offload_pins()
+    assert r.queue_local(0)
+    inc = r.accept(out.header, 0)
+    assert isinstance(inc, Incoming) and inc.suspended is not None
+    assert r.coord.snapshot().transfers == {inc.owner: inc.units}
+    move(s, r, out, inc)
+    assert out.state == "settled" and not s.coord.has_offload_pins()
+    assert r.adopt(inc) is True and inc.state == "adopted"
+    snap = r.coord.snapshot()
+    assert snap.transfers == {} and snap.suspended == () and snap.queued_restores == ()
+    assert r.coord.contains(h)
+    assert torch.equal(restored(r, h, 0), s.image(h))
+    assert r.check_slot(0, h).item() == 0
+    assert check_invariants(r.coord.snapshot()) == [] and check_invariants(s.coord.snapshot()) == []
+
+
+def test_a_lost_scatter_is_caught_by_the_check() -> None:
+    """The check can fail: a receiver that never lands the staged bytes restores garbage."""
+    s, r = pair(small())
+    out = s.lease(0)
+    inc = r.accept(out.header, 0)
+    assert isinstance(inc, Incoming)
+    s.gather(out, s.staging[0])
+    s.finish(out)
+    for u in inc.units:
+        r.tensors.fill_unit(u, torch.zeros(r.layout.page_unit_bytes, dtype=torch.uint8))
+    r.land(inc, None)  # the bytes are claimed to be in place: they are not
+    assert r.adopt(inc)
+    restored(r, s.keys[0], 0)
+    assert r.check_slot(0, s.keys[0]).item() > IMAGE // 2
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [("digest", 12345, "layout"), ("image_bytes", IMAGE + 1, "bytes"), ("units", U + 1, "units")],
+)
+def test_a_header_of_another_layout_is_refused_with_nothing_changed(
+    field: str, value: int, reason: str
+) -> None:
+    s, r = pair(small())
+    out = s.lease(0)
+    fields = {
+        "index": 0,
+        "prefix_hash": out.header.prefix_hash,
+        "units": U,
+        "image_bytes": IMAGE,
+        "digest": r.digest,
+    }
+    fields[field] = value
+    bad = ImageHeader(**fields)
+    assert r.queue_local(0)
+    before = r.coord.snapshot()
+    got = r.accept(bad, 0)
+    assert got == Refusal(0, reason)
+    assert r.coord.snapshot() == before  # the local restore is still queued, not suspended
+    s.finish(out)
+    assert not s.coord.has_offload_pins() and s.coord.contains(out.header.prefix_hash)
+
+
+def test_a_header_out_of_the_run_is_refused() -> None:
+    s, r = pair(small())
+    out = s.lease(0)
+    for bad in (ImageHeader(4, 1, U, IMAGE, r.digest), ImageHeader(0, 1, U, IMAGE, r.digest, 2)):
+        before = r.coord.snapshot()
+        assert r.accept(bad, 0) == Refusal(bad.index, "bad_header")
+        assert r.coord.snapshot() == before
+    s.finish(out)
+
+
+def test_a_bad_slot_raises_before_anything_changes() -> None:
+    s, r = pair(small())
+    out = s.lease(0)
+    before = r.coord.snapshot()
+    for slot in (-1, 2, "0", None):
+        with pytest.raises(InvalidArgumentError):
+            r.accept(out.header, slot)  # type: ignore[arg-type]
+    assert r.coord.snapshot() == before
+    s.finish(out)
+
+
+def test_an_accept_that_raises_changes_nothing(monkeypatch: Any) -> None:
+    """G8 for the driver: if suspending the local restore raises, the reservation just made
+    is released before the error propagates."""
+    s, r = pair(small())
+    out = s.lease(0)
+    assert r.queue_local(0)
+    before = r.coord.snapshot()
+
+    def boom(slot: int) -> None:
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(r.coord, "suspend_queued_restore", boom)
+    with pytest.raises(RuntimeError, match="planted"):
+        r.accept(out.header, 0)
+    after = r.coord.snapshot()
+    assert after.transfers == {} and after.free == before.free
+    assert after.queued_restores == before.queued_restores
+    s.finish(out)
+
+
+def test_a_full_receiver_refuses_before_anything_is_received() -> None:
+    """(d) No room: ``reserve_transfer_units`` says None, the receiver refuses with nothing
+    changed (its queued local restore is not suspended), and the sender ends its lease."""
+    s, r = pair(small(receiver_units=3 * U))
+    assert r.queue_local(0)  # the local image is pinned by its queued restore
+    taken = r.fill_with_tenant(1)
+    assert taken == r.pool.num_units - U and r.pool.num_free == 0
+    out = s.lease(0)
+    before = r.coord.snapshot()
+    assert r.accept(out.header, 0) == Refusal(0, "no_room")
+    assert r.coord.snapshot() == before
+    assert r.coord.restore_queued_for(0)
+    s.finish(out)  # the sender's terminal path for a refused image: the one-phase cancel
+    assert out.state == "settled" and not s.coord.has_offload_pins()
+    assert s.coord.contains(out.header.prefix_hash)
+    r.release_tenant()
+    inc = r.accept(out.header, 1)  # room again: a later attempt succeeds
+    assert isinstance(inc, Incoming)
+
+
+def test_the_same_image_twice_releases_the_second_and_keeps_the_canonical() -> None:
+    """(b) The second adoption of a hash returns False and frees its units; the canonical
+    record, its units and bytes are unchanged (the second copy's bytes differ: variant 1
+    inverts them, so a wrongful adoption or overwrite would show)."""
+    s, r = pair(small())
+    h = s.keys[2]
+    first = s.lease(2)
+    inc1 = r.accept(first.header, 0)
+    assert isinstance(inc1, Incoming)
+    move(s, r, first, inc1)
+    assert r.adopt(inc1)
+    canon = r.coord.snapshot()
+    cid = canon.index[h]
+    canon_bytes = r.tensors.read_units(inc1.units).clone()
+    free_before = r.pool.num_free
+
+    second = s.lease(2, variant=1)
+    inc2 = r.accept(second.header, 1)
+    assert isinstance(inc2, Incoming)
+    assert set(inc2.units).isdisjoint(inc1.units)
+    move(s, r, second, inc2)
+    assert not torch.equal(r.tensors.read_units(inc2.units)[:IMAGE], canon_bytes[:IMAGE])
+    assert r.adopt(inc2) is False and inc2.state == "duplicate"
+    after = r.coord.snapshot()
+    assert after.index[h] == cid and after.records[cid] == canon.records[cid]
+    assert after.transfers == {}
+    assert all(r.pool.owner_of(u) is None for u in inc2.units)
+    assert r.pool.num_free == free_before
+    assert torch.equal(r.tensors.read_units(inc1.units), canon_bytes)
+    assert torch.equal(restored(r, h, 0), s.image(h))
+    rows = [e for e in r.events if e[0] == "transfer" and e[2] == "adopt"]
+    assert len(rows) == 2
+    assert check_invariants(after) == []
+
+
+def test_a_late_release_of_an_earlier_reservation_changes_nothing() -> None:
+    """(c) Receiver side: attempt 1 of a hash is given up, attempt 2 is reserved; releasing
+    attempt 1 again (a late report) or aborting it again changes nothing, and attempt 2
+    still adopts (SPEC A.3: owners carry a generation)."""
+    s, r = pair(small())
+    out = s.lease(0)
+    inc1 = r.accept(out.header, 0)
+    assert isinstance(inc1, Incoming)
+    r.abort(inc1)
+    inc2 = r.accept(out.header, 0)
+    assert isinstance(inc2, Incoming)
+    assert inc2.owner != inc1.owner and inc2.owner.prefix_hash == inc1.owner.prefix_hash
+    before = r.coord.snapshot()
+    r.coord.release_transfer_units(inc1.owner)
+    r.abort(inc1)
+    assert r.coord.adopt_transfer_units(inc1.owner, out.header.prefix_hash) is False
+    assert r.coord.snapshot() == before
+    move(s, r, out, inc2)
+    assert r.adopt(inc2)
+    assert torch.equal(restored(r, out.header.prefix_hash, 0), s.image(out.header.prefix_hash))
+
+
+def test_a_late_release_and_settle_of_an_earlier_lease_changes_nothing() -> None:
+    """(c) Sender side: lease 1 of an image was settled, lease 2 of the same image is live;
+    a late release and settle of lease 1 leave lease 2's pin and the whole store as they
+    were."""
+    s, _ = pair(small())
+    first = s.lease(0)
+    s.finish(first)
+    second = s.lease(0)
+    assert second.op != first.op and second.op.prefix_hash == first.op.prefix_hash
+    assert second.op.generation > first.op.generation
+    before = s.coord.snapshot()
+    s.coord.release_offload_store_source(first.op)
+    s.coord.settle_offload_store(first.op)
+    s.finish(first)
+    assert s.coord.snapshot() == before
+    assert before.offload_pins[second.op].source_released is False
+    s.finish(second)
+    assert not s.coord.has_offload_pins()
+
+
+def test_a_stale_suspended_restore_lease_is_refused_with_nothing_changed() -> None:
+    """(c) The suspended restore of an adopted image was released; resuming or releasing it
+    again (a late report from that attempt) raises LeaseReusedError and changes nothing."""
+    s, r = pair(small())
+    out = s.lease(0)
+    assert r.queue_local(0)
+    inc = r.accept(out.header, 0)
+    assert isinstance(inc, Incoming) and inc.suspended is not None
+    move(s, r, out, inc)
+    assert r.adopt(inc)
+    before = r.coord.snapshot()
+    for call in (r.coord.resume_suspended_restore, r.coord.release_suspended_restore):
+        with pytest.raises(LeaseReusedError):
+            call(inc.suspended)
+    assert r.coord.snapshot() == before
+
+
+def test_abort_releases_the_reservation_and_resumes_the_local_restore() -> None:
+    """(a) in one process: bytes half arrived, then the sender is gone. The reservation is
+    released, the suspended local restore runs, and the slot holds the local image."""
+    s, r = pair(small())
+    free0 = r.pool.num_free
+    out = s.lease(0)
+    assert r.queue_local(1)
+    inc = r.accept(out.header, 1)
+    assert isinstance(inc, Incoming) and r.pool.num_free == free0 - U
+    r.tensors.fill_unit(inc.units[0], torch.full((r.layout.page_unit_bytes,), 7, dtype=torch.uint8))
+    r.abort(inc)
+    assert inc.state == "aborted" and r.pool.num_free == free0
+    assert r.coord.snapshot().transfers == {}
+    assert r.coord.restore_queued_for(1)
+    assert r.run_batch() == 1
+    assert r.check_slot(1, r.local_key).item() == 0
+    with pytest.raises(T.TransferError):
+        r.adopt(inc)
+    s.finish(out)
+    assert not s.coord.has_offload_pins()
+
+
+def test_an_adoption_that_raises_releases_the_units_and_resumes(monkeypatch: Any) -> None:
+    """SPEC F53 through the driver: the error propagates, nothing is left reserved."""
+    s, r = pair(small())
+    out = s.lease(0)
+    assert r.queue_local(0)
+    inc = r.accept(out.header, 0)
+    assert isinstance(inc, Incoming)
+    move(s, r, out, inc)
+    free = r.pool.num_free
+
+    def boom(*a: Any) -> bool:
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(r.coord.store, "adopt_units", boom)
+    with pytest.raises(RuntimeError, match="planted"):
+        r.adopt(inc)
+    assert inc.state == "aborted" and r.pool.num_free == free + U
+    assert r.coord.snapshot().transfers == {} and r.coord.restore_queued_for(0)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap: the store's adopt_units accepts a transfer tag from a direct caller,"
+    " leaving the coordinator's reservation naming units a checkpoint now owns",
+)
+def test_the_store_does_not_adopt_a_coordinator_reservation_behind_its_back() -> None:
+    s, r = pair(small())
+    out = s.lease(0)
+    inc = r.accept(out.header, 0)
+    assert isinstance(inc, Incoming)
+    s.finish(out)
+    before = r.coord.snapshot()
+    try:
+        r.coord.store.adopt_units(inc.units, (TRANSFER_OWNER, inc.owner), out.header.prefix_hash)
+    except Exception:
+        assert r.coord.snapshot() == before  # refused with nothing changed: fine
+        return
+    assert check_invariants(r.coord.snapshot()) == []
+
+
+# -- two processes over gloo ---------------------------------------------------------------
+
+
+def run(cfg: TransferConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    snd, rcv = spawn_transfer(cfg, timeout_s=RUN_LIMIT_S)
+    assert not snd["killed"] and not rcv["killed"], (snd.get("log"), rcv.get("log"))
+    return snd, rcv
+
+
+def test_two_processes_happy_path_staged() -> None:
+    cfg = small(images=6, window=2, slots=2, units=6 * U, baseline=True)
+    snd, rcv = run(cfg)
+    assert snd["exitcode"] == 0 and rcv["exitcode"] == 0, (snd.get("error"), rcv.get("error"))
+    assert snd["sent"] == list(range(6)) and snd["refused"] == {}
+    assert rcv["outcome"] == {str(i): ["adopted"] for i in range(6)}
+    assert rcv["checked"] == [[i, "image"] for i in range(6)] and rcv["mismatches"] == []
+    assert rcv["local"] == {"queued": 6, "suspended": 6, "released": 6, "resumed": 0}
+    assert rcv["bytes_received"] == 6 * IMAGE == snd["bytes"]["sent"]
+    assert snd["peer_summary"]["adopted"] == 6 and snd["peer_summary"]["verified"] == 6
+    assert terminal_leases(snd) == (6, 6)
+    no_leak(snd)
+    no_leak(rcv)
+    assert snd["accounting"]["records"] == 6 * U
+    assert rcv["accounting"]["records"] == 7 * U  # six adopted images and the local one
+    assert set(snd["keys"]) <= set(rcv["ready"])
+    assert snd["baseline_s"] > 0 and rcv["baseline_s"] > 0
+
+
+def test_two_processes_the_same_image_twice_regions() -> None:
+    """(b) over the wire: image 1 arrives again (inverted bytes) in a last round; the
+    receiver's second adoption returns False and every restore of it is the first copy."""
+    cfg = small(images=4, payload="regions", fault="duplicate", fault_image=1)
+    snd, rcv = run(cfg)
+    assert snd["exitcode"] == 0 and rcv["exitcode"] == 0, (snd.get("error"), rcv.get("error"))
+    assert snd["sent"] == [0, 1, 2, 3, 1]
+    assert rcv["outcome"]["1"] == ["adopted", "duplicate"] and rcv["duplicates"] == 1
+    assert [1, "duplicate"] in rcv["checked"] and rcv["mismatches"] == []
+    assert terminal_leases(snd) == (5, 5)
+    no_leak(snd)
+    no_leak(rcv)
+    assert rcv["accounting"]["records"] == 5 * U  # 4 images + the local one, no 6th
+
+
+def test_two_processes_the_sender_dies_after_its_leases() -> None:
+    """(a) The sender leases round 1 (images 2 and 3), the receiver reserves and suspends,
+    the sender dies before any payload. Its own ``finally`` settled both leases (no
+    timeout); the receiver sees the connection go, releases both reservations, resumes and
+    runs the local restores; neither side leaks a unit."""
+    cfg = small(fault="sender_dies", fault_image=3)
+    snd, rcv = run(cfg)
+    assert snd["exitcode"] == CRASH_EXIT and "dies" in snd["crashed"]
+    assert rcv["exitcode"] == 0, rcv.get("error")
+    assert rcv["peer_lost"]
+    assert rcv["outcome"] == {
+        "0": ["adopted"],
+        "1": ["adopted"],
+        "2": ["aborted"],
+        "3": ["aborted"],
+    }
+    assert rcv["local"]["resumed"] == 2
+    assert [2, "local"] in rcv["checked"] and [3, "local"] in rcv["checked"]
+    assert rcv["mismatches"] == []
+    released = {tuple(e[3]) for e in rcv["events"] if e[0] == "transfer" and e[2] == "release"}
+    assert len(released) == 2
+    assert terminal_leases(snd) == (4, 4)
+    no_leak(snd)
+    no_leak(rcv)
+    assert snd["accounting"]["records"] == 4 * U  # every image still READY on the sender
+    assert rcv["accounting"]["records"] == 3 * U  # two adopted + the local image
+
+
+def test_two_processes_a_stalled_sender_times_the_receiver_out() -> None:
+    """(a) A hung peer rather than a dead one: the receiver's receive times out after the
+    group's timeout, it gives the round up as above; the sender's late send fails and its
+    ``finally`` settles every lease."""
+    cfg = small(fault="sender_stalls", fault_image=1, timeout_s=2.0)
+    snd, rcv = run(cfg)
+    assert rcv["exitcode"] == 0, rcv.get("error")
+    assert "Timed out" in rcv["peer_lost"] or "timed out" in rcv["peer_lost"].lower()
+    assert rcv["outcome"] == {"0": ["aborted"], "1": ["aborted"]}
+    assert rcv["local"]["resumed"] == 2 and rcv["mismatches"] == []
+    assert snd["exitcode"] != 0 and "WireError" in snd["error"]
+    acquired, _ = terminal_leases(snd)
+    assert acquired >= 2
+    no_leak(snd)
+    no_leak(rcv)
+
+
+def test_two_processes_a_full_receiver_refuses_before_anything_is_sent() -> None:
+    """(d) Before round 1 a live-KV tenant takes every unit the receiver can free: both
+    images of the round are refused before any byte moves (the receiver's snapshot is
+    unchanged by each refusal), the sender settles their leases, and the run goes on."""
+    cfg = small(images=6, units=6 * U, fault="receiver_full", fault_image=2)
+    snd, rcv = run(cfg)
+    assert snd["exitcode"] == 0 and rcv["exitcode"] == 0, (snd.get("error"), rcv.get("error"))
+    assert snd["refused"] == {"2": "no_room", "3": "no_room"}
+    assert snd["sent"] == [0, 1, 4, 5] and snd["bytes"]["sent"] == 4 * IMAGE
+    assert rcv["bytes_received"] == 4 * IMAGE
+    assert rcv["outcome"]["2"] == ["refused:no_room"] and rcv["refusal_changed_state"] == []
+    assert rcv["adopted"] == 4 and rcv["mismatches"] == []
+    assert terminal_leases(snd) == (6, 6)
+    no_leak(snd)
+    no_leak(rcv)
+
+
+def test_two_processes_of_different_layouts_move_nothing() -> None:
+    """SPEC A.1: the receiver compares the HELLO's layout_id and sizes with its own; a
+    mismatch fails both ranks before any lease or reservation."""
+    snd, rcv = run(small(receiver_block_tokens=64))
+    assert snd["exitcode"] == 1 and "LayoutMismatchError" in snd["error"]
+    assert rcv["exitcode"] == 1 and "LayoutMismatchError" in rcv["error"]
+    assert "block=64" in rcv["error"] and "block=128" in rcv["error"]
+
+
+def test_spawn_refuses_bad_arguments() -> None:
+    with pytest.raises(InvalidArgumentError):
+        spawn_transfer("cfg")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        spawn_transfer(small(), timeout_s=0)
+    with pytest.raises(InvalidArgumentError):
+        T.run_rank(2, 2, small(), "file:///nowhere")
+
+
+# -- layering and the benchmark's report ----------------------------------------------------
+
+
+def test_the_driver_imports_neither_impl_gpu_nor_torch_statically() -> None:
+    import ast
+    from pathlib import Path
+
+    from pagedstate.models import bench_transfer
+
+    for mod in (T, bench_transfer):
+        tree = ast.parse(Path(mod.__file__ or "").read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                assert not name.startswith(("pagedstate.gpu", "pagedstate.impl", "torch")), name
+
+
+def test_the_benchmark_writes_its_own_section(tmp_path: Any) -> None:
+    from pagedstate.models import bench_transfer as B
+
+    row = {
+        "model": "m", "block_tokens": 512, "payload": "staged", "images": 8,
+        "image_bytes": 3 << 20, "units_per_image": 4, "pieces_per_image": 38,
+        "protocol_s": 0.5, "images_per_s": 16.0, "gbps": 0.05, "plain_gbps": 0.1,
+        "ratio": 0.5, "checked": 8, "mismatches": 0,
+    }  # fmt: skip
+    failed = {**row, "protocol_s": None, "error": "rank 0: boom"}
+    meta = {
+        "date": "d",
+        "commit": "c",
+        "device": "x",
+        "backend": "nccl",
+        "torch": "t",
+        "command": "k",
+    }  # noqa: E501
+    body = B.render([row, failed], meta)
+    assert (
+        "| m | 512 | staged | 8 | 3.00 MiB | 4 (38) | 0.5000 | 16.0 | 0.05 | 0.10 | 0.50 | 8 (0) |"
+        in body
+    )
+    assert "failed: rank 0: boom" in body
+    doc = tmp_path / "t.md"
+    doc.write_text(
+        "# T\n\n<!-- bench-transfer:nccl:begin -->\nold\n<!-- bench-transfer:nccl:end -->\ntail\n"
+    )
+    B.write_section(doc, "nccl", body)
+    B.write_section(doc, "gloo", "g\n")
+    text = doc.read_text()
+    assert "old" not in text and text.count("bench-transfer:nccl:begin") == 1 and "tail" in text
+    assert text.rstrip().endswith("<!-- bench-transfer:gloo:end -->")
+    assert B._shown(["--backend", "gloo", "--out", "x.md", "--json=y", "--quick"]) == [
+        "--backend", "gloo", "--quick",
+    ]  # fmt: skip
