@@ -49,6 +49,25 @@ IMAGE = 34_304
 RUN_LIMIT_S = 60
 
 
+def _nccl_pair() -> bool:
+    """Two CUDA devices and NCCL: the two-process tests then also run over nccl."""
+    import torch.distributed as dist
+
+    return bool(
+        torch.cuda.is_available() and torch.cuda.device_count() >= 2 and dist.is_nccl_available()
+    )
+
+
+#: gloo always; nccl too on a machine with two GPUs (the device run, tools/transfer_device_run.sh).
+BACKENDS = ["gloo"] + (["nccl"] if _nccl_pair() else [])
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: Any) -> dict[str, str]:
+    """The backend of a two-process test, as ``TransferConfig`` fields."""
+    return {"backend": request.param, "device": "cpu" if request.param == "gloo" else "cuda"}
+
+
 def small(**kw: Any) -> TransferConfig:
     base: dict[str, Any] = dict(images=4, window=2, slots=2, units=4 * U, timeout_s=10.0)
     base.update(kw)
@@ -448,8 +467,8 @@ def run(cfg: TransferConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     return snd, rcv
 
 
-def test_two_processes_happy_path_staged() -> None:
-    cfg = small(images=6, window=2, slots=2, units=6 * U, baseline=True)
+def test_two_processes_happy_path_staged(backend: dict[str, str]) -> None:
+    cfg = small(**backend, images=6, window=2, slots=2, units=6 * U, baseline=True)
     snd, rcv = run(cfg)
     assert snd["exitcode"] == 0 and rcv["exitcode"] == 0, (snd.get("error"), rcv.get("error"))
     assert snd["sent"] == list(range(6)) and snd["refused"] == {}
@@ -467,10 +486,10 @@ def test_two_processes_happy_path_staged() -> None:
     assert snd["baseline_s"] > 0 and rcv["baseline_s"] > 0
 
 
-def test_two_processes_the_same_image_twice_regions() -> None:
+def test_two_processes_the_same_image_twice_regions(backend: dict[str, str]) -> None:
     """(b) over the wire: image 1 arrives again (inverted bytes) in a last round; the
     receiver's second adoption returns False and every restore of it is the first copy."""
-    cfg = small(images=4, payload="regions", fault="duplicate", fault_image=1)
+    cfg = small(**backend, images=4, payload="regions", fault="duplicate", fault_image=1)
     snd, rcv = run(cfg)
     assert snd["exitcode"] == 0 and rcv["exitcode"] == 0, (snd.get("error"), rcv.get("error"))
     assert snd["sent"] == [0, 1, 2, 3, 1]
@@ -482,12 +501,12 @@ def test_two_processes_the_same_image_twice_regions() -> None:
     assert rcv["accounting"]["records"] == 5 * U  # 4 images + the local one, no 6th
 
 
-def test_two_processes_the_sender_dies_after_its_leases() -> None:
+def test_two_processes_the_sender_dies_after_its_leases(backend: dict[str, str]) -> None:
     """(a) The sender leases round 1 (images 2 and 3), the receiver reserves and suspends,
     the sender dies before any payload. Its own ``finally`` settled both leases (no
     timeout); the receiver sees the connection go, releases both reservations, resumes and
     runs the local restores; neither side leaks a unit."""
-    cfg = small(fault="sender_dies", fault_image=3)
+    cfg = small(**backend, fault="sender_dies", fault_image=3)
     snd, rcv = run(cfg)
     assert snd["exitcode"] == CRASH_EXIT and "dies" in snd["crashed"]
     assert rcv["exitcode"] == 0, rcv.get("error")
@@ -510,11 +529,11 @@ def test_two_processes_the_sender_dies_after_its_leases() -> None:
     assert rcv["accounting"]["records"] == 3 * U  # two adopted + the local image
 
 
-def test_two_processes_a_stalled_sender_times_the_receiver_out() -> None:
+def test_two_processes_a_stalled_sender_times_the_receiver_out(backend: dict[str, str]) -> None:
     """(a) A hung peer rather than a dead one: the receiver's receive times out after the
     group's timeout, it gives the round up as above; the sender's late send fails and its
     ``finally`` settles every lease."""
-    cfg = small(fault="sender_stalls", fault_image=1, timeout_s=2.0)
+    cfg = small(**backend, fault="sender_stalls", fault_image=1, timeout_s=2.0)
     snd, rcv = run(cfg)
     assert rcv["exitcode"] == 0, rcv.get("error")
     assert "Timed out" in rcv["peer_lost"] or "timed out" in rcv["peer_lost"].lower()
@@ -527,11 +546,11 @@ def test_two_processes_a_stalled_sender_times_the_receiver_out() -> None:
     no_leak(rcv)
 
 
-def test_two_processes_a_full_receiver_refuses_before_anything_is_sent() -> None:
+def test_two_processes_a_full_receiver_refuses_before_anything_is_sent(backend: dict[str, str]) -> None:
     """(d) Before round 1 a live-KV tenant takes every unit the receiver can free: both
     images of the round are refused before any byte moves (the receiver's snapshot is
     unchanged by each refusal), the sender settles their leases, and the run goes on."""
-    cfg = small(images=6, units=6 * U, fault="receiver_full", fault_image=2)
+    cfg = small(**backend, images=6, units=6 * U, fault="receiver_full", fault_image=2)
     snd, rcv = run(cfg)
     assert snd["exitcode"] == 0 and rcv["exitcode"] == 0, (snd.get("error"), rcv.get("error"))
     assert snd["refused"] == {"2": "no_room", "3": "no_room"}
@@ -544,10 +563,10 @@ def test_two_processes_a_full_receiver_refuses_before_anything_is_sent() -> None
     no_leak(rcv)
 
 
-def test_two_processes_of_different_layouts_move_nothing() -> None:
+def test_two_processes_of_different_layouts_move_nothing(backend: dict[str, str]) -> None:
     """SPEC A.1: the receiver compares the HELLO's layout_id and sizes with its own; a
     mismatch fails both ranks before any lease or reservation."""
-    snd, rcv = run(small(receiver_block_tokens=64))
+    snd, rcv = run(small(**backend, receiver_block_tokens=64))
     assert snd["exitcode"] == 1 and "LayoutMismatchError" in snd["error"]
     assert rcv["exitcode"] == 1 and "LayoutMismatchError" in rcv["error"]
     assert "block=64" in rcv["error"] and "block=128" in rcv["error"]
