@@ -546,7 +546,9 @@ def test_two_processes_a_stalled_sender_times_the_receiver_out(backend: dict[str
     no_leak(rcv)
 
 
-def test_two_processes_a_full_receiver_refuses_before_anything_is_sent(backend: dict[str, str]) -> None:
+def test_two_processes_a_full_receiver_refuses_before_anything_is_sent(
+    backend: dict[str, str],
+) -> None:
     """(d) Before round 1 a live-KV tenant takes every unit the receiver can free: both
     images of the round are refused before any byte moves (the receiver's snapshot is
     unchanged by each refusal), the sender settles their leases, and the run goes on."""
