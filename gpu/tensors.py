@@ -162,6 +162,13 @@ class StateTensors:
             InvalidArgumentError: ``slot`` is not an int in ``[0, num_slots)``."""
         return self._slot_rows[tensor][self._slot(slot)]
 
+    @property
+    def kv_rows(self) -> list[Any]:
+        """Each attention layer's KV tensor as uint8 rows, ``[num_blocks, region_bytes[r]]``
+        (views: writes go to the KV tensors). For gathers over many units at once
+        (``index_select`` / ``index_copy_`` with a unit index)."""
+        return list(self._kv_rows)
+
     def unit_region(self, region: int, unit: int) -> Any:
         """Unit ``unit``'s region ``region`` (its page in attention layer ``region``) as a
         uint8 view (``region_bytes[region]`` bytes).

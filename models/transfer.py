@@ -163,6 +163,10 @@ MAGIC = 0x5053_5846  # "PSXF"
 VERSION = 1
 KIND_ROUND = 2
 KIND_END = 3
+#: "The payload of this round follows": the receiver posts its receives only after it (on
+#: NCCL a posted receive cannot be withdrawn, so a sender lost before its payload would
+#: leave the receiver in a receive only NCCL's watchdog ends, by killing the process).
+KIND_PAYLOAD = 4
 CTRL_LEN = 8
 HEADER_LEN = 8
 REPLY_LEN = 4
@@ -552,10 +556,28 @@ class _Side:
         self.units_per_image = self.layout.units_per_checkpoint
         self.bytes_moved = 0
         n = self.layout.image_bytes
-        #: One staging tensor per image of a round (``staged`` payloads, and the baseline).
+        regions = self.layout.region_bytes
+        #: Whether a unit is ``len(region_bytes)`` regions of one size, laid out in its
+        #: ``page_unit_bytes`` in order: then an image is gathered and landed with one
+        #: ``index_select`` / ``index_copy_`` per region (the fast path), not a view per piece.
+        self.uniform = (
+            len(set(regions)) == 1 and sum(regions) == self.layout.page_unit_bytes
+        )
+        padded = self.units_per_image * self.layout.page_unit_bytes if self.uniform else n
+        #: One staging tensor per image of a round (``staged`` payloads, and the baseline):
+        #: ``image_bytes`` on the wire (:meth:`wire`); on the fast path padded to whole units
+        #: (the padding of a receiver's staging is never written, so it stays zero and a
+        #: landed unit's tail past the image is zero, as a scrubbed unit's).
         self.staging = [
-            torch.zeros(n, dtype=torch.uint8, device=self.device) for _ in range(cfg.window)
+            torch.zeros(padded, dtype=torch.uint8, device=self.device) for _ in range(cfg.window)
         ]
+        self._kv_rows = self.tensors.kv_rows
+        if self.uniform:
+            k = len(regions)
+            #: Per-region scratch of the fast gather: ``[regions, units, region_bytes]``.
+            self._scratch = torch.zeros(
+                (k, self.units_per_image, regions[0]), dtype=torch.uint8, device=self.device
+            )
 
     def _on_transition(self, machine: str, row: Any, subject: object) -> None:
         if machine not in ("offload", "lease", "transfer"):
@@ -636,6 +658,20 @@ class _Side:
         """SPEC C on the coordinator's snapshot: the problems found (empty when sound)."""
         return [f"{n}: {p}" for n, p in check_invariants(self.coord.snapshot())]
 
+    def wire(self, staging: Any) -> Any:
+        """The part of a staging tensor that travels: its first ``image_bytes`` bytes."""
+        return staging[: self.layout.image_bytes]
+
+    def _unit_index(self, units: Sequence[int]) -> Any:
+        for u in units:
+            self.tensors.unit_region(0, u)  # range check (InvalidArgumentError)
+        return self.torch.tensor(list(units), dtype=self.torch.int64, device=self.device)
+
+    def _grid(self, staging: Any) -> Any:
+        """``staging`` (padded) as ``[units, regions, region_bytes]``: the stream order."""
+        k, u, b = self._scratch.shape
+        return staging.view(u, k, b)
+
     def synchronize(self) -> None:
         """Wait for this rank's device work (a no-op on CPU)."""
         if self.device.type == "cuda":
@@ -709,12 +745,20 @@ class Sender(_Side):
             TransferError: ``out`` is not leased (its source was released or it settled)."""
         if out.state != "leased":
             raise TransferError(f"image {out.header.index} is {out.state}, not leased")
-        self.torch.cat(self._views(out), out=buf)
+        torch = self.torch
+        if self.uniform:
+            idx = self._unit_index(out.units)
+            for r, rows in enumerate(self._kv_rows):
+                torch.index_select(rows, 0, idx, out=self._scratch[r])
+            self._grid(buf).copy_(self._scratch.transpose(0, 1))
+        else:
+            torch.cat(self._views(out), out=self.wire(buf))
+        wire = self.wire(buf)
         if out.header.variant:
-            buf.bitwise_not_()
+            wire.bitwise_not_()
         self.coord.release_offload_store_source(out.op)
         out.state = "released"
-        return buf
+        return wire
 
     def regions(self, out: Outgoing) -> list[Any]:
         """The views of ``out``'s unit regions to send in ``regions`` mode (the source pin is
@@ -810,7 +854,7 @@ class Receiver(_Side):
             TransferError: ``inc`` is not reserved."""
         if inc.state != "reserved":
             raise TransferError(f"image {inc.header.index} is {inc.state}, not reserved")
-        return self._views(inc) if staging is None else [staging]
+        return self._views(inc) if staging is None else [self.wire(staging)]
 
     def land(self, inc: Incoming, staging: Any | None) -> None:
         """The bytes arrived: scatter ``staging`` into the reserved units (staged; one
@@ -820,9 +864,14 @@ class Receiver(_Side):
             TransferError: ``inc`` is not reserved."""
         if inc.state != "reserved":
             raise TransferError(f"image {inc.header.index} is {inc.state}, not reserved")
-        if staging is not None:
+        if staging is not None and self.uniform:
+            idx = self._unit_index(inc.units)
+            grid = self._grid(staging)
+            for r, rows in enumerate(self._kv_rows):
+                rows.index_copy_(0, idx, grid[:, r])
+        elif staging is not None:
             views = self._views(inc)
-            parts = list(staging.split(self.piece_bytes))
+            parts = list(self.wire(staging).split(self.piece_bytes))
             foreach = getattr(self.torch, "_foreach_copy_", None)
             if foreach is not None:
                 foreach(views, parts)
@@ -1042,6 +1091,7 @@ def _sender_loop(s: Sender, link: Link) -> dict[str, Any]:
                 data = [s.gather(o, s.staging[k]) for k, o in enumerate(go)]
             else:
                 data = [v for o in go for v in s.regions(o)]
+            link.send_ints([MAGIC, KIND_PAYLOAD, rnd, len(go), 0, 0, 0, 0])
             link.exchange(data, sending=True)
             for o in go:
                 s.finish(o)
@@ -1080,7 +1130,7 @@ def _plain_rounds(side: _Side, rounds: list[list[tuple[int, int]]]) -> list[list
     one ``image_bytes`` tensor per image (staged) or its region sizes (regions)."""
     cfg = side.cfg
     if cfg.payload == "staged":
-        return [side.staging[: len(items)] for items in rounds]
+        return [[side.wire(t) for t in side.staging[: len(items)]] for items in rounds]
     torch = side.torch
     n = cfg.window * side.layout.image_bytes
     flat = torch.zeros(n, dtype=torch.uint8, device=side.device)
@@ -1199,6 +1249,9 @@ def _receiver_loop(r: Receiver, link: Link) -> dict[str, Any]:
         ]
         try:
             link.send_ints([v for rep in replies for v in rep.row()])
+            go = link.recv_ints(CTRL_LEN)
+            if go[0] != MAGIC or go[1] != KIND_PAYLOAD or go[3] != len(incs):
+                raise WireError(f"expected the PAYLOAD message of {len(incs)} images, got {go}")
             link.exchange(bufs, sending=False)
         except WireError as e:
             peer_lost = str(e)

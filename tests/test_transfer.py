@@ -641,3 +641,28 @@ def test_the_benchmark_writes_its_own_section(tmp_path: Any) -> None:
     assert B._shown(["--backend", "gloo", "--out", "x.md", "--json=y", "--quick"]) == [
         "--backend", "gloo", "--quick",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("uniform", [True, False])
+def test_the_fast_and_the_piece_path_move_the_same_bytes(uniform: bool) -> None:
+    """Regions of one size take the fast path (one ``index_select`` / ``index_copy_`` per
+    region); the piece path (a view per region piece) is the general one. Both land the
+    image bit for bit; the fast path writes the staging padding (zero) into the last unit's
+    tail past the image, the piece path leaves the tail as it was."""
+    s, r = pair(small(images=2))
+    assert s.uniform and r.uniform  # the slice's regions are all one size
+    if not uniform:
+        s.uniform = r.uniform = False
+    for u in range(r.pool.num_units):  # junk everywhere a reservation could land
+        r.tensors.fill_unit(u, torch.full((r.layout.page_unit_bytes,), 0xA5, dtype=torch.uint8))
+    out = s.lease(1)
+    inc = r.accept(out.header, 0)
+    assert isinstance(inc, Incoming)
+    move(s, r, out, inc)
+    assert r.adopt(inc)
+    assert torch.equal(restored(r, s.keys[1], 0), s.image(s.keys[1]))
+    stream = r.tensors.read_units(list(inc.units))
+    tail = stream[IMAGE:]
+    assert tail.numel() == U * r.layout.page_unit_bytes - IMAGE > 0
+    assert int(tail.count_nonzero()) == (0 if uniform else tail.numel())
+    assert check_invariants(r.coord.snapshot()) == []
