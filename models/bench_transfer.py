@@ -189,6 +189,8 @@ def _row(cfg: TransferConfig, res: list[dict[str, Any]], wall: float) -> dict[st
         sender_plain_s=snd["baseline_s"],
         prefill_s=snd["prefill_s"],
         verify_s=rcv["verify_s"],
+        sender_phases_s=snd.get("phases_s", {}),
+        receiver_phases_s=rcv.get("phases_s", {}),
         leases_left=snd["accounting"]["offload_pins"],
         reservations_left=rcv["accounting"]["transfers"],
     )

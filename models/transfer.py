@@ -560,9 +560,7 @@ class _Side:
         #: Whether a unit is ``len(region_bytes)`` regions of one size, laid out in its
         #: ``page_unit_bytes`` in order: then an image is gathered and landed with one
         #: ``index_select`` / ``index_copy_`` per region (the fast path), not a view per piece.
-        self.uniform = (
-            len(set(regions)) == 1 and sum(regions) == self.layout.page_unit_bytes
-        )
+        self.uniform = len(set(regions)) == 1 and sum(regions) == self.layout.page_unit_bytes
         padded = self.units_per_image * self.layout.page_unit_bytes if self.uniform else n
         #: One staging tensor per image of a round (``staged`` payloads, and the baseline):
         #: ``image_bytes`` on the wire (:meth:`wire`); on the fast path padded to whole units
@@ -1026,6 +1024,23 @@ class Link:
             self.dist.barrier(group=self.ctrl_group)
 
 
+class _Phases:
+    """Host seconds per phase of the timed loop (``phases_s`` in a rank's result): where a
+    round's time goes. On CUDA a phase that synchronizes is charged the device work it
+    waits for."""
+
+    def __init__(self) -> None:
+        self.s: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.s[name] = self.s.get(name, 0.0) + time.perf_counter() - t
+
+
 def _hello(side: _Side) -> list[int]:
     lid = side.layout.layout_id.encode("utf-8")
     payload = PAYLOADS.index(side.cfg.payload)
@@ -1062,16 +1077,19 @@ def _sender_loop(s: Sender, link: Link) -> dict[str, Any]:
     bytes_sent: dict[str, int] = {}
     _warm_up(s, link, sending=True)
     link.barrier()
+    ph = _Phases()
     t0 = time.perf_counter()
     rounds = cfg.rounds()
     for rnd, items in enumerate(rounds):
         outs: list[Outgoing] = []
         try:
-            for index, variant in items:
-                outs.append(s.lease(index, variant))
-            link.send_ints([MAGIC, KIND_ROUND, rnd, len(outs), 0, 0, 0, 0])
-            link.send_ints([v for o in outs for v in o.header.row()])
-            rows = link.recv_ints(REPLY_LEN * len(outs))
+            with ph("lease"):
+                for index, variant in items:
+                    outs.append(s.lease(index, variant))
+            with ph("control"):
+                link.send_ints([MAGIC, KIND_ROUND, rnd, len(outs), 0, 0, 0, 0])
+                link.send_ints([v for o in outs for v in o.header.row()])
+                rows = link.recv_ints(REPLY_LEN * len(outs))
             replies = [Reply(*rows[k : k + REPLY_LEN]) for k in range(0, len(rows), REPLY_LEN)]
             go: list[Outgoing] = []
             for o, rep in zip(outs, replies, strict=True):
@@ -1087,18 +1105,22 @@ def _sender_loop(s: Sender, link: Link) -> dict[str, Any]:
                     raise SenderCrashed(f"the sender dies after leasing round {rnd}")
                 if cfg.fault == "sender_stalls":
                     time.sleep(2 * cfg.timeout_s)
-            if cfg.payload == "staged":
-                data = [s.gather(o, s.staging[k]) for k, o in enumerate(go)]
-            else:
-                data = [v for o in go for v in s.regions(o)]
-            link.send_ints([MAGIC, KIND_PAYLOAD, rnd, len(go), 0, 0, 0, 0])
-            link.exchange(data, sending=True)
-            for o in go:
-                s.finish(o)
-                sent.append(o.header.index)
-                s.bytes_moved += o.header.image_bytes
-                key = "resent" if o.header.variant else "sent"
-                bytes_sent[key] = bytes_sent.get(key, 0) + o.header.image_bytes
+            with ph("gather"):
+                if cfg.payload == "staged":
+                    data = [s.gather(o, s.staging[k]) for k, o in enumerate(go)]
+                else:
+                    data = [v for o in go for v in s.regions(o)]
+            with ph("control"):
+                link.send_ints([MAGIC, KIND_PAYLOAD, rnd, len(go), 0, 0, 0, 0])
+            with ph("exchange"):
+                link.exchange(data, sending=True)
+            with ph("settle"):
+                for o in go:
+                    s.finish(o)
+                    sent.append(o.header.index)
+                    s.bytes_moved += o.header.image_bytes
+                    key = "resent" if o.header.variant else "sent"
+                    bytes_sent[key] = bytes_sent.get(key, 0) + o.header.image_bytes
         finally:
             # The terminal path of every lease of the round, whatever happened above.
             for o in outs:
@@ -1111,6 +1133,7 @@ def _sender_loop(s: Sender, link: Link) -> dict[str, Any]:
         "refused": refused,
         "prefill_s": prefill_s,
         "transfer_s": transfer_s,
+        "phases_s": ph.s,
         "peer_summary": dict(
             zip(
                 ("adopted", "duplicates", "refused", "aborted", "mismatches", "verified"),
@@ -1201,11 +1224,13 @@ def _receiver_loop(r: Receiver, link: Link) -> dict[str, Any]:
     local: dict[str, int] = {"queued": 0, "suspended": 0, "released": 0, "resumed": 0}
     _warm_up(r, link, sending=False)
     link.barrier()
+    ph = _Phases()
     t0 = time.perf_counter()
     rounds = 0
     while True:
         try:
-            head = link.recv_ints(CTRL_LEN)
+            with ph("wait"):
+                head = link.recv_ints(CTRL_LEN)
         except WireError as e:  # between rounds: nothing is reserved
             peer_lost = str(e)
             break
@@ -1226,6 +1251,7 @@ def _receiver_loop(r: Receiver, link: Link) -> dict[str, Any]:
         replies: list[Reply] = []
         incs: list[Incoming] = []
         expect: dict[int, tuple[int, str, int]] = {}  # slot -> (index, what, key)
+        t_accept = time.perf_counter()
         for slot, hdr in enumerate(headers):
             if r.queue_local(slot):
                 local["queued"] += 1
@@ -1242,17 +1268,20 @@ def _receiver_loop(r: Receiver, link: Link) -> dict[str, Any]:
                 local["suspended"] += 1
             incs.append(got)
             replies.append(Reply(hdr.index, ACCEPT, 0, r.pool.num_free))
+        ph.s["accept"] = ph.s.get("accept", 0.0) + time.perf_counter() - t_accept
         bufs = [
             b
             for k, inc in enumerate(incs)
             for b in r.buffers(inc, r.staging[k] if staged else None)
         ]
         try:
-            link.send_ints([v for rep in replies for v in rep.row()])
-            go = link.recv_ints(CTRL_LEN)
+            with ph("control"):
+                link.send_ints([v for rep in replies for v in rep.row()])
+                go = link.recv_ints(CTRL_LEN)
             if go[0] != MAGIC or go[1] != KIND_PAYLOAD or go[3] != len(incs):
                 raise WireError(f"expected the PAYLOAD message of {len(incs)} images, got {go}")
-            link.exchange(bufs, sending=False)
+            with ph("exchange"):
+                link.exchange(bufs, sending=False)
         except WireError as e:
             peer_lost = str(e)
             for inc in incs:
@@ -1265,9 +1294,11 @@ def _receiver_loop(r: Receiver, link: Link) -> dict[str, Any]:
                 checks.append((index, what, key, r.check_slot(slot, key)))
             break
         for k, inc in enumerate(incs):
-            r.land(inc, r.staging[k] if staged else None)
+            with ph("land"):
+                r.land(inc, r.staging[k] if staged else None)
             released = inc.suspended is not None
-            fresh = r.adopt(inc)
+            with ph("adopt"):
+                fresh = r.adopt(inc)
             local["released"] += released
             r.bytes_moved += inc.header.image_bytes
             outcome.setdefault(inc.header.index, []).append("adopted" if fresh else "duplicate")
@@ -1279,7 +1310,8 @@ def _receiver_loop(r: Receiver, link: Link) -> dict[str, Any]:
                     )
                 what = "duplicate" if not fresh else "image"
                 expect[inc.slot] = (inc.header.index, what, keys[inc.header.index])
-        r.run_batch()
+        with ph("batch"):
+            r.run_batch()
         if r.tenant:
             r.release_tenant()
         if cfg.verify == "round":
@@ -1319,6 +1351,7 @@ def _receiver_loop(r: Receiver, link: Link) -> dict[str, Any]:
         "local": local,
         "rounds": rounds,
         "transfer_s": transfer_s,
+        "phases_s": ph.s,
         "verify_s": verify_s,
         "bytes_received": r.bytes_moved,
     }
@@ -1369,7 +1402,9 @@ def run_rank(rank: int, world_size: int, cfg: TransferConfig, init_method: str) 
     )
     crashed = False
     try:
-        ctrl = dist.new_group(backend="gloo") if cfg.backend == "nccl" else None
+        # The control group times out like the default one (new_group would wait 30 min).
+        timeout = datetime.timedelta(seconds=cfg.timeout_s)
+        ctrl = dist.new_group(backend="gloo", timeout=timeout) if cfg.backend == "nccl" else None
         side: _Side = Sender(cfg, device) if rank == 0 else Receiver(cfg, device)
         link = Link(dist, rank, ctrl, None, side.device)
         t0 = time.perf_counter()
