@@ -38,12 +38,16 @@ sync); image bytes go over the default group (``nccl`` on GPUs)::
     S -> R          layout_id as len uint8 bytes
     R -> S  WELCOME [MAGIC, status, reason, 0]          (refused: both sides raise)
     per round of up to `window` images:
-    S -> R  ROUND   [MAGIC, KIND_ROUND, round, count, 0, 0, 0, 0]
-    S -> R  HEADERS count x [index, prefix_hash, units, image_bytes, digest, variant, 0, 0]
+    S -> R  ROUND   [MAGIC, KIND_ROUND, round, count, 0, 0, 0, 0] followed, in the same
+                    message, by count x [index, prefix_hash, units, image_bytes, digest,
+                    variant, 0, 0], zero-padded to `window` headers
     R -> S  REPLIES count x [index, status, reason, free_units]
+    S -> R  GO      [MAGIC, KIND_PAYLOAD, round, accepted, 0, 0, 0, 0]: the payload follows
+                    (the receiver posts its receives only now: on NCCL a posted receive
+                    cannot be withdrawn if the sender is lost first)
     S -> R  PAYLOAD the accepted images' bytes, in header order (one grouped p2p batch)
     finally:
-    S -> R  END     [MAGIC, KIND_END, rounds, images, 0, 0, 0, 0]
+    S -> R  END     [MAGIC, KIND_END, rounds, images, 0, 0, 0, 0], padded as a ROUND
     R -> S  SUMMARY [adopted, duplicates, refused, aborted, mismatches, verified, 0, 0]
 
 A refused image (no room, another layout, wrong byte or unit count) is refused **before
@@ -53,12 +57,14 @@ anything is sent**: the sender ends its lease (settle, the one-phase cancel of S
 
 Payload: ``staged`` (default) or ``regions``. ``staged`` gathers the image's unit regions
 (unit-major, region-minor, trimmed to ``image_bytes``: SPEC E.3) into one staging tensor per
-image with one ``torch.cat`` and sends that: one message per image whatever the geometry
+image (one ``index_select`` per region when the regions are of one size, else one
+``torch.cat`` of the pieces) and sends that: one message per image whatever the geometry
 (Qwen3-Next at 16-token pages is 101 units x 12 regions = 1,212 regions per image; a message
 each costs a p2p launch each), and the sender's source pin is released as soon as the gather
 is queued (stream order: later writers of those units run after it), so the lease holds the
 units for a device-local copy, not for the network. The receiver lands the staging tensor
-into its units with one ``_foreach_copy_``. ``regions`` sends each region view directly
+into its units (one ``index_copy_`` per region, or one ``_foreach_copy_`` of the pieces).
+``regions`` sends each region view directly
 (no staging memory, no extra copies; the source pin is held until the send completed); it is
 measured against ``staged`` by :mod:`pagedstate.models.bench_transfer`.
 
@@ -572,9 +578,21 @@ class _Side:
         self._kv_rows = self.tensors.kv_rows
         if self.uniform:
             k = len(regions)
-            #: Per-region scratch of the fast gather: ``[regions, units, region_bytes]``.
+            # The fast path moves words, not bytes (a byte-wise gather kernel is several
+            # times slower): the widest of 8, 4, 2, 1 bytes that divides a region.
+            word, self._word = (
+                next(
+                    (n, dt)
+                    for n, dt in ((8, torch.int64), (4, torch.int32), (2, torch.int16))
+                    if regions[0] % n == 0
+                )
+                if regions[0] % 2 == 0
+                else (1, torch.uint8)
+            )
+            self._kv_words = [r.view(self._word) for r in self._kv_rows]
+            #: Per-region scratch of the fast gather: ``[regions, units, region words]``.
             self._scratch = torch.zeros(
-                (k, self.units_per_image, regions[0]), dtype=torch.uint8, device=self.device
+                (k, self.units_per_image, regions[0] // word), dtype=self._word, device=self.device
             )
 
     def _on_transition(self, machine: str, row: Any, subject: object) -> None:
@@ -666,9 +684,9 @@ class _Side:
         return self.torch.tensor(list(units), dtype=self.torch.int64, device=self.device)
 
     def _grid(self, staging: Any) -> Any:
-        """``staging`` (padded) as ``[units, regions, region_bytes]``: the stream order."""
+        """``staging`` (padded) as ``[units, regions, region words]``: the stream order."""
         k, u, b = self._scratch.shape
-        return staging.view(u, k, b)
+        return staging.view(self._word).view(u, k, b)
 
     def synchronize(self) -> None:
         """Wait for this rank's device work (a no-op on CPU)."""
@@ -746,7 +764,7 @@ class Sender(_Side):
         torch = self.torch
         if self.uniform:
             idx = self._unit_index(out.units)
-            for r, rows in enumerate(self._kv_rows):
+            for r, rows in enumerate(self._kv_words):
                 torch.index_select(rows, 0, idx, out=self._scratch[r])
             self._grid(buf).copy_(self._scratch.transpose(0, 1))
         else:
@@ -865,7 +883,7 @@ class Receiver(_Side):
         if staging is not None and self.uniform:
             idx = self._unit_index(inc.units)
             grid = self._grid(staging)
-            for r, rows in enumerate(self._kv_rows):
+            for r, rows in enumerate(self._kv_words):
                 rows.index_copy_(0, idx, grid[:, r])
         elif staging is not None:
             views = self._views(inc)
@@ -1024,6 +1042,14 @@ class Link:
             self.dist.barrier(group=self.ctrl_group)
 
 
+def _round_message(cfg: TransferConfig, head: list[int], outs: Sequence[Outgoing]) -> list[int]:
+    """A ROUND (or END) message: the 8-value head, then the round's image headers, padded
+    with zeros to ``window`` headers (one fixed-size message per round: one control message
+    fewer than a head and a header list of its own)."""
+    rows = [v for o in outs for v in o.header.row()]
+    return head + rows + [0] * (HEADER_LEN * cfg.window - len(rows))
+
+
 class _Phases:
     """Host seconds per phase of the timed loop (``phases_s`` in a rank's result): where a
     round's time goes. On CUDA a phase that synchronizes is charged the device work it
@@ -1087,8 +1113,9 @@ def _sender_loop(s: Sender, link: Link) -> dict[str, Any]:
                 for index, variant in items:
                     outs.append(s.lease(index, variant))
             with ph("control"):
-                link.send_ints([MAGIC, KIND_ROUND, rnd, len(outs), 0, 0, 0, 0])
-                link.send_ints([v for o in outs for v in o.header.row()])
+                link.send_ints(
+                    _round_message(cfg, [MAGIC, KIND_ROUND, rnd, len(outs), 0, 0, 0, 0], outs)
+                )
                 rows = link.recv_ints(REPLY_LEN * len(outs))
             replies = [Reply(*rows[k : k + REPLY_LEN]) for k in range(0, len(rows), REPLY_LEN)]
             go: list[Outgoing] = []
@@ -1125,7 +1152,7 @@ def _sender_loop(s: Sender, link: Link) -> dict[str, Any]:
             # The terminal path of every lease of the round, whatever happened above.
             for o in outs:
                 s.finish(o)
-    link.send_ints([MAGIC, KIND_END, len(rounds), cfg.images, 0, 0, 0, 0])
+    link.send_ints(_round_message(cfg, [MAGIC, KIND_END, len(rounds), cfg.images, 0, 0, 0, 0], []))
     transfer_s = time.perf_counter() - t0
     summary = link.recv_ints(8)
     result: dict[str, Any] = {
@@ -1230,10 +1257,11 @@ def _receiver_loop(r: Receiver, link: Link) -> dict[str, Any]:
     while True:
         try:
             with ph("wait"):
-                head = link.recv_ints(CTRL_LEN)
+                msg = link.recv_ints(CTRL_LEN + HEADER_LEN * cfg.window)
         except WireError as e:  # between rounds: nothing is reserved
             peer_lost = str(e)
             break
+        head = msg[:CTRL_LEN]
         if head[0] != MAGIC or head[1] not in (KIND_ROUND, KIND_END):
             raise WireError(f"expected a ROUND or END message, got {head}")
         if head[1] == KIND_END:
@@ -1242,7 +1270,7 @@ def _receiver_loop(r: Receiver, link: Link) -> dict[str, Any]:
         count = head[3]
         if not 0 < count <= cfg.window:
             raise WireError(f"a round of {count} images; the window is {cfg.window}")
-        rows = link.recv_ints(HEADER_LEN * count)
+        head, rows = msg[:CTRL_LEN], msg[CTRL_LEN : CTRL_LEN + HEADER_LEN * count]
         headers = [
             ImageHeader.from_row(rows[k : k + HEADER_LEN]) for k in range(0, len(rows), HEADER_LEN)
         ]
