@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -52,6 +53,10 @@ QUICK_SLICE = (1, 2, 32)
 
 
 def _commit() -> str:
+    """The commit measured: ``$COMMIT`` if set (the device machine's copy has no history),
+    else ``git rev-parse --short HEAD``."""
+    if os.environ.get("COMMIT"):
+        return os.environ["COMMIT"]
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
@@ -91,7 +96,7 @@ def bench_rows(
     block_tokens: Sequence[int],
     payloads: Sequence[str],
     images: int,
-    window: int,
+    window: int | Sequence[int],
     timeout_s: float,
     seed: int = 0,
     log: Any = None,
@@ -104,38 +109,38 @@ def bench_rows(
     """
     device = "cuda" if backend == "nccl" else "cpu"
     rows = []
-    for bt in block_tokens:
-        for payload in payloads:
-            base = TransferConfig(
-                model=model,
-                block_tokens=bt,
-                slice=slice_,
-                images=images,
-                window=window,
-                slots=window,
-                backend=backend,
-                device=device,
-                payload=payload,
-            )
-            u = base.layout().units_per_checkpoint
-            cfg = TransferConfig(
-                **{
-                    **_fields(base),
-                    "units": images * u,
-                    "receiver_units": (images + 1 + window) * u,
-                    "verify": "end",
-                    "baseline": True,
-                    "timeout_s": timeout_s,
-                    "seed": seed,
-                }
-            )
-            t0 = time.perf_counter()
-            res = spawn_transfer(cfg, timeout_s=2 * timeout_s + 120)
-            row = _row(cfg, res, time.perf_counter() - t0)
-            rows.append(row)
-            if log is not None:
-                print(json.dumps({k: v for k, v in row.items() if k != "ranks"}), file=log)
-                log.flush()
+    windows = [window] if isinstance(window, int) else list(window)
+    for bt, payload, window in ((b, p, w) for b in block_tokens for p in payloads for w in windows):
+        base = TransferConfig(
+            model=model,
+            block_tokens=bt,
+            slice=slice_,
+            images=images,
+            window=window,
+            slots=window,
+            backend=backend,
+            device=device,
+            payload=payload,
+        )
+        u = base.layout().units_per_checkpoint
+        cfg = TransferConfig(
+            **{
+                **_fields(base),
+                "units": images * u,
+                "receiver_units": (images + 1 + window) * u,
+                "verify": "end",
+                "baseline": True,
+                "timeout_s": timeout_s,
+                "seed": seed,
+            }
+        )
+        t0 = time.perf_counter()
+        res = spawn_transfer(cfg, timeout_s=2 * timeout_s + 120)
+        row = _row(cfg, res, time.perf_counter() - t0)
+        rows.append(row)
+        if log is not None:
+            print(json.dumps({k: v for k, v in row.items() if k != "ranks"}), file=log)
+            log.flush()
     return rows
 
 
@@ -205,23 +210,25 @@ def render(rows: Sequence[dict[str, Any]], meta: dict[str, str]) -> str:
     )
     lines = [head, ""]
     lines.append(
-        "| model | page tokens | payload | images | image | units (pieces) | protocol s |"
+        "| model | page tokens | payload | window | images | image | units (pieces) | protocol s |"
         " images/s | GB/s | plain GB/s | ratio | checked (mismatches) |"
     )
-    lines.append("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    lines.append("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         b = r["image_bytes"]
         size = f"{b / 2**20:.2f} MiB" if b >= 2**20 else f"{b / 2**10:.1f} KiB"
         units = f"{r.get('units_per_image')} ({r.get('pieces_per_image')})"
         if not r.get("protocol_s"):
             lines.append(
-                f"| {r['model']} | {r['block_tokens']} | {r['payload']} | {r['images']} |"
-                f" {size} | {units} | failed: {r.get('error', '?')[:200]} | | | | | |"
+                f"| {r['model']} | {r['block_tokens']} | {r['payload']} | {r['window']} |"
+                f" {r['images']} | {size} | {units} | failed: {r.get('error', '?')[:200]} |"
+                " | | | | |"
             )
             continue
         lines.append(
-            f"| {r['model']} | {r['block_tokens']} | {r['payload']} | {r['images']} | {size} |"
-            f" {units} | {r['protocol_s']:.4f} | {r['images_per_s']:,.1f} | {r['gbps']:.2f} |"
+            f"| {r['model']} | {r['block_tokens']} | {r['payload']} | {r['window']} |"
+            f" {r['images']} | {size} | {units} | {r['protocol_s']:.4f} |"
+            f" {r['images_per_s']:,.1f} | {r['gbps']:.2f} |"
             f" {r['plain_gbps']:.2f} | {r['ratio']:.2f} | {r['checked']} ({r['mismatches']}) |"
         )
     lines.append("")
@@ -231,6 +238,39 @@ def render(rows: Sequence[dict[str, Any]], meta: dict[str, str]) -> str:
         " the same way, in the same run. ratio = protocol GB/s / plain GB/s. Every adopted"
         " image was then restored and compared bit for bit (checked, mismatches)."
     )
+    timed = [r for r in rows if r.get("protocol_s") and r.get("sender_phases_s")]
+    if timed:
+        lines += [
+            "",
+            "Where the protocol's time goes: host ms per image in each phase"
+            " (a phase that waits for the peer or the device is charged the wait).",
+            "",
+        ]
+        cols = [
+            ("sender", "gather"),
+            ("sender", "control"),
+            ("sender", "exchange"),
+            ("receiver", "control"),
+            ("receiver", "exchange"),
+            ("receiver", "land"),
+            ("receiver", "accept"),
+            ("receiver", "adopt"),
+        ]
+        lines.append(
+            "| page tokens | payload | window | "
+            + " | ".join(f"{side} {ph}" for side, ph in cols)
+            + " |"
+        )
+        lines.append("|---:|---|---:|" + "---:|" * len(cols))
+        for r in timed:
+            cells = [
+                f"{1e3 * r[side + '_phases_s'].get(ph, 0.0) / r['images']:.3f}" for side, ph in cols
+            ]
+            lines.append(
+                f"| {r['block_tokens']} | {r['payload']} | {r['window']} | "
+                + " | ".join(cells)
+                + " |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -274,7 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--block-tokens", type=_ints, default=None, help="e.g. 512 or 512,128")
     ap.add_argument("--payload", type=_payloads, default=list(PAYLOADS), help="staged,regions")
     ap.add_argument("--images", type=int, default=None)
-    ap.add_argument("--window", type=int, default=None)
+    ap.add_argument("--window", type=_ints, default=None, help="images per round, e.g. 8,32")
     ap.add_argument("--timeout", type=float, default=120.0, help="process group timeout, s")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None, help="Markdown file to update")
@@ -284,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     slice_ = QUICK_SLICE if quick else None
     block_tokens = args.block_tokens or ([128] if quick else [512])
     images = args.images or (16 if quick else 128)
-    window = args.window or (4 if quick else 8)
+    window = args.window or ([4] if quick else [8])
     try:
         rows = bench_rows(
             backend=args.backend,

@@ -609,10 +609,12 @@ def test_the_benchmark_writes_its_own_section(tmp_path: Any) -> None:
     from pagedstate.models import bench_transfer as B
 
     row = {
-        "model": "m", "block_tokens": 512, "payload": "staged", "images": 8,
+        "model": "m", "block_tokens": 512, "payload": "staged", "window": 2, "images": 8,
         "image_bytes": 3 << 20, "units_per_image": 4, "pieces_per_image": 38,
         "protocol_s": 0.5, "images_per_s": 16.0, "gbps": 0.05, "plain_gbps": 0.1,
         "ratio": 0.5, "checked": 8, "mismatches": 0,
+        "sender_phases_s": {"gather": 0.004, "control": 0.008},
+        "receiver_phases_s": {"land": 0.002},
     }  # fmt: skip
     failed = {**row, "protocol_s": None, "error": "rank 0: boom"}
     meta = {
@@ -625,9 +627,11 @@ def test_the_benchmark_writes_its_own_section(tmp_path: Any) -> None:
     }  # noqa: E501
     body = B.render([row, failed], meta)
     assert (
-        "| m | 512 | staged | 8 | 3.00 MiB | 4 (38) | 0.5000 | 16.0 | 0.05 | 0.10 | 0.50 | 8 (0) |"
-        in body
+        "| m | 512 | staged | 2 | 8 | 3.00 MiB | 4 (38) | 0.5000 | 16.0 | 0.05 | 0.10 | 0.50 |"
+        " 8 (0) |" in body
     )
+    # ms per image per phase: gather 4 ms / 8 images, control 1.0, then 0 for the missing
+    assert "| 512 | staged | 2 | 0.500 | 1.000 | 0.000 | 0.000 | 0.000 | 0.250 |" in body
     assert "failed: rank 0: boom" in body
     doc = tmp_path / "t.md"
     doc.write_text(

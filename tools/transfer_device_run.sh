@@ -14,7 +14,7 @@
 #
 # usage (through the device tool, kind nvidia-h200-x2):
 #     bash tools/transfer_device_run.sh [BENCH ARGS...]
-# BENCH ARGS replace the defaults below (e.g. --images 256 --block-tokens 512,128).
+# BENCH ARGS replace the defaults below (e.g. --images 256 --window 8 --block-tokens 512).
 set -uo pipefail
 out=${OUT:-/tmp/transfer-out}
 mkdir -p "$out" /tmp/pp/pagedstate
@@ -37,7 +37,7 @@ cp docs/transfer.md "$out/transfer.md"
 if [ $# -gt 0 ]; then
     args=("$@")
 else
-    args=(--images 128 --window 8 --block-tokens 512,128 --payload staged,regions)
+    args=(--images 512 --window 8,32 --block-tokens 512,128 --payload staged,regions)
 fi
 SECONDS=0
 python3 -m pagedstate.models.bench_transfer --backend nccl "${args[@]}" \
