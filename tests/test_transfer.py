@@ -7,7 +7,8 @@ Two kinds of test:
   its own production pool and coordinator) driven by hand, the bytes handed over by a copy:
   header checks, refusals that change nothing, duplicate adoption, late releases from an
   earlier attempt, the abort path, a raising adoption;
-- **two real processes over gloo** (``spawn_transfer``: a ``file://`` rendezvous, so no port
+- **two real processes over gloo**, and over nccl too where two GPUs are present (the
+  device run, ``tools/transfer_device_run.sh``) (``spawn_transfer``: a ``file://`` rendezvous, so no port
   to pick; every run is bounded, a rank still alive after its limit is killed): the happy
   path in both payload modes, the sender dying after its leases, the sender stalling past the
   receiver's timeout, the same image arriving twice, the receiver's pool unable to fit an
