@@ -43,7 +43,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pagedstate.models.transfer import PAYLOADS, TransferConfig, spawn_transfer
+from pagedstate.models.transfer import (
+    PAYLOADS,
+    TransferConfig,
+    image_units,
+    spawn_transfer,
+)
 from pagedstate.spec.errors import InvalidArgumentError
 
 __all__ = ["bench_rows", "main", "render", "write_section"]
@@ -110,30 +115,36 @@ def bench_rows(
     device = "cuda" if backend == "nccl" else "cpu"
     rows = []
     windows = [window] if isinstance(window, int) else list(window)
+    if not windows:
+        raise InvalidArgumentError("window must name at least one window, got none")
+    cfgs = []  # every configuration is checked before the first run
     for bt, payload, window in ((b, p, w) for b in block_tokens for p in payloads for w in windows):
-        base = TransferConfig(
-            model=model,
-            block_tokens=bt,
-            slice=slice_,
-            images=images,
-            window=window,
-            slots=window,
-            backend=backend,
-            device=device,
-            payload=payload,
+        for name, v in (("images", images), ("window", window)):
+            if type(v) is not int or v < 1:
+                raise InvalidArgumentError(f"{name} must be an int >= 1, got {v!r}")
+        u = image_units(model, slice_, bt)
+        cfgs.append(
+            TransferConfig(
+                model=model,
+                block_tokens=bt,
+                slice=slice_,
+                images=images,
+                window=window,
+                slots=window,
+                backend=backend,
+                device=device,
+                payload=payload,
+                units=images * u,
+                receiver_units=(images + 1 + window) * u,
+                verify="end",
+                baseline=True,
+                timeout_s=timeout_s,
+                seed=seed,
+            )
         )
-        u = base.layout().units_per_checkpoint
-        cfg = TransferConfig(
-            **{
-                **_fields(base),
-                "units": images * u,
-                "receiver_units": (images + 1 + window) * u,
-                "verify": "end",
-                "baseline": True,
-                "timeout_s": timeout_s,
-                "seed": seed,
-            }
-        )
+    if not cfgs:
+        raise InvalidArgumentError("no configuration to run: block_tokens and payloads are empty")
+    for cfg in cfgs:
         t0 = time.perf_counter()
         res = spawn_transfer(cfg, timeout_s=2 * timeout_s + 120)
         row = _row(cfg, res, time.perf_counter() - t0)
@@ -142,10 +153,6 @@ def bench_rows(
             print(json.dumps({k: v for k, v in row.items() if k != "ranks"}), file=log)
             log.flush()
     return rows
-
-
-def _fields(cfg: TransferConfig) -> dict[str, Any]:
-    return {a.name: getattr(cfg, a.name) for a in cfg.__attrs_attrs__}
 
 
 def _row(cfg: TransferConfig, res: list[dict[str, Any]], wall: float) -> dict[str, Any]:
@@ -323,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     quick = args.quick
     slice_ = QUICK_SLICE if quick else None
     block_tokens = args.block_tokens or ([128] if quick else [512])
-    images = args.images or (16 if quick else 128)
+    images = args.images if args.images is not None else (16 if quick else 128)
     window = args.window or ([4] if quick else [8])
     try:
         rows = bench_rows(

@@ -109,6 +109,7 @@ import datetime
 import hashlib
 import importlib
 import json
+import math
 import os
 import platform
 import subprocess
@@ -147,6 +148,7 @@ __all__ = [
     "TransferError",
     "WireError",
     "image_key",
+    "image_units",
     "layout_digest",
     "run_rank",
     "spawn_transfer",
@@ -164,6 +166,9 @@ FAULTS = ("none", "sender_dies", "sender_stalls", "duplicate", "receiver_full")
 VERIFY_MODES = ("round", "end", "none")
 #: Exit status of a sender process that died on purpose (``fault="sender_dies"``).
 CRASH_EXIT = 17
+#: The longest ``TransferConfig.timeout_s`` (one day): a process group's timeout must be a
+#: finite ``timedelta``, and a run is bounded by a few times it.
+MAX_TIMEOUT_S = 86_400.0
 
 MAGIC = 0x5053_5846  # "PSXF"
 VERSION = 1
@@ -227,6 +232,11 @@ def _module(name: str) -> Any:
         ) from None
 
 
+def _need(v: object, cls: type, name: str) -> None:
+    if not isinstance(v, cls):
+        raise InvalidArgumentError(f"{name} must be an instance of {cls.__name__}, got {v!r}")
+
+
 def _mix64(x: int) -> int:
     """splitmix64's finaliser: a bijection on 64 bits."""
     x &= _MASK64
@@ -261,9 +271,43 @@ def layout_digest(layout_id: str) -> int:
     return int.from_bytes(d, "little") >> 1
 
 
+def _need_config(cfg: object) -> None:
+    if not isinstance(cfg, TransferConfig):
+        raise InvalidArgumentError(f"cfg must be a TransferConfig, got {cfg!r}")
+
+
 def _positive(name: str, v: object, low: int = 1) -> None:
     if type(v) is not int or v < low:
         raise InvalidArgumentError(f"{name} must be an int >= {low}, got {v!r}")
+
+
+def _layout(model: str, slice_: tuple[int, int, int] | None, block_tokens: int) -> Any:
+    geometry = _module("pagedstate.gpu.geometry")
+    g = geometry.load_geometry(model)
+    if slice_ is not None:
+        g = g.sliced(*slice_)
+    return g.layout(block_tokens)
+
+
+def image_units(
+    model: str, slice_: tuple[int, int, int] | None, block_tokens: int, name: str = "block_tokens"
+) -> int:
+    """``units_per_checkpoint`` of the layout of ``model`` (a shipped geometry id or unique
+    substring), sliced by ``slice_`` (or not: None), at ``block_tokens``-token pages.
+
+    Raises:
+        InvalidArgumentError: no such layout (an unknown or ambiguous model, a slice that does
+            not fit the model, a model without attention layers, a bad page size); the
+            message names the values (``name``: what ``block_tokens`` is called)."""
+    try:
+        lay = _layout(model, slice_, block_tokens)
+    except ValueError as e:  # InvalidArgumentError, UnsupportedGeometryError
+        raise InvalidArgumentError(
+            f"model {model!r}, slice {slice_!r}, {name} {block_tokens!r}: {e}"
+        ) from None
+    except LookupError as e:  # UnknownGeometryError
+        raise InvalidArgumentError(f"model {model!r}: {e}") from None
+    return int(lay.units_per_checkpoint)
 
 
 @attrs.frozen
@@ -279,7 +323,8 @@ class TransferConfig:
             round).
         units: pool units of the sender (it holds every image: >= ``images *
             units_per_checkpoint``).
-        receiver_units: pool units of the receiver (None: ``units``).
+        receiver_units: pool units of the receiver (None: ``units``): at least one image's
+            units, two with ``local_restore`` (the local image and one received).
         images: images sent (each a distinct prefix hash).
         window: images per round (one control round trip and one grouped p2p batch).
         backend: ``"gloo"`` (``device="cpu"``) or ``"nccl"`` (``device="cuda"``: rank r uses
@@ -293,10 +338,14 @@ class TransferConfig:
         fault: one of :data:`FAULTS`; ``fault_image``: the image it strikes.
         receiver_block_tokens: the receiver's page size if it differs (a layout mismatch).
         baseline: after the protocol, time a plain send/recv of the same tensor sizes.
-        timeout_s: the process group's timeout (a receive waits at most this long).
+        timeout_s: the process group's timeout (a receive waits at most this long), at
+            most :data:`MAX_TIMEOUT_S`.
 
     Raises:
-        InvalidArgumentError: a field is out of range (named in the message).
+        InvalidArgumentError: a field is out of range, or the model, slice and page sizes
+            give no layout (an unknown or ambiguous model, a slice that does not fit, a
+            model without attention layers), or a pool cannot hold what it must (named in
+            the message).
     """
 
     model: str = "Qwen3-Next"
@@ -371,24 +420,47 @@ class TransferConfig:
         if (
             isinstance(self.timeout_s, bool)
             or not isinstance(self.timeout_s, int | float)
-            or not self.timeout_s > 0
+            or not 0 < self.timeout_s <= MAX_TIMEOUT_S
         ):
             raise InvalidArgumentError(
-                f"timeout_s must be a number of seconds > 0, got {self.timeout_s!r}"
+                f"timeout_s must be a number of seconds in (0, {MAX_TIMEOUT_S}], got"
+                f" {self.timeout_s!r}"
             )
+        # The geometry and the pool sizes are checked here, not first in a child process.
+        per_image = self._units_per_image("block_tokens", self.block_tokens)
+        rx_per_image = per_image
+        if self.receiver_block_tokens is not None:
+            rx_per_image = self._units_per_image(
+                "receiver_block_tokens", self.receiver_block_tokens
+            )
+        need = self.images * per_image
+        if self.units < need:
+            raise InvalidArgumentError(
+                f"units ({self.units}) must hold all {self.images} images of"
+                f" {per_image} units ({need})"
+            )
+        rx = self.units if self.receiver_units is None else self.receiver_units
+        low = rx_per_image * (2 if self.local_restore else 1)
+        if rx < low:
+            raise InvalidArgumentError(
+                f"receiver_units ({rx}) must hold {low} units: one image of {rx_per_image} units"
+                + (" and the local image (local_restore)" if self.local_restore else "")
+            )
+
+    def _units_per_image(self, name: str, block_tokens: int) -> int:
+        return image_units(self.model, self.slice, block_tokens, name)
 
     def layout(self, block_tokens: int | None = None) -> Any:
         """The ``CheckpointLayout`` both ranks use (``block_tokens`` overrides the page size;
         the receiver passes ``receiver_block_tokens``).
 
         Raises:
-            UnknownGeometryError, UnsupportedGeometryError: from ``load_geometry`` / ``sliced``.
+            UnknownGeometryError, UnsupportedGeometryError: from ``load_geometry`` / ``sliced``
+                (for ``block_tokens`` not of the config; its own were checked).
         """
-        geometry = _module("pagedstate.gpu.geometry")
-        g = geometry.load_geometry(self.model)
-        if self.slice is not None:
-            g = g.sliced(*self.slice)
-        return g.layout(self.block_tokens if block_tokens is None else block_tokens)
+        return _layout(
+            self.model, self.slice, self.block_tokens if block_tokens is None else block_tokens
+        )
 
     def rounds(self) -> list[list[tuple[int, int]]]:
         """The sender's rounds: lists of ``(index, variant)``, ``window`` images each; with
@@ -536,8 +608,17 @@ class _Side:
     """What both ranks own: layout, pool, coordinator, tensors, executor (module doc)."""
 
     def __init__(self, cfg: TransferConfig, units: int, device: str, block_tokens: int | None):
+        _need_config(cfg)
         self.cfg = cfg
         self.torch = torch = _module("torch")
+        try:
+            dev = torch.device(device)
+        except (TypeError, RuntimeError):
+            dev = None
+        if dev is None or dev.type != cfg.device:
+            raise InvalidArgumentError(
+                f"device must be a {cfg.device!r} device (cfg.device), got {device!r}"
+            )
         impl = _module("pagedstate.impl")
         tensors_mod = _module("pagedstate.gpu.tensors")
         executor_mod = _module("pagedstate.gpu.executor")
@@ -608,7 +689,12 @@ class _Side:
 
     def image(self, key: int) -> Any:
         """The carried bytes of ``key``'s state (``image_bytes`` uint8 on this rank's device,
-        deterministic in ``key``: both ranks regenerate the same bytes)."""
+        deterministic in ``key``: both ranks regenerate the same bytes).
+
+        Raises:
+            InvalidArgumentError: ``key`` is not an int."""
+        if type(key) is not int:
+            raise InvalidArgumentError(f"key must be an int, got {key!r}")
         torch = self.torch
         n = self.layout.image_bytes
         self._gen.manual_seed(_mix64(key ^ 0x9E3779B97F4A7C15))
@@ -678,6 +764,32 @@ class _Side:
         """The part of a staging tensor that travels: its first ``image_bytes`` bytes."""
         return staging[: self.layout.image_bytes]
 
+    def _staging(self, staging: object) -> None:
+        """Check that ``staging`` is a staging buffer of this rank (uint8, 1-D, the size of
+        :attr:`staging`'s tensors, on this device), before anything is written.
+
+        Raises:
+            InvalidArgumentError: it is not."""
+        torch = self.torch
+        want = self.staging[0].numel()
+        if (
+            not isinstance(staging, torch.Tensor)
+            or staging.dtype != torch.uint8
+            or staging.dim() != 1
+            or staging.numel() != want
+            or staging.device != self.device
+            or not staging.is_contiguous()
+        ):
+            got = (
+                f"{tuple(staging.shape)} {staging.dtype} on {staging.device}"
+                if isinstance(staging, torch.Tensor)
+                else repr(staging)
+            )
+            raise InvalidArgumentError(
+                f"a staging buffer is a contiguous uint8 tensor of {want} bytes on"
+                f" {self.device}, got {got}"
+            )
+
     def _unit_index(self, units: Sequence[int]) -> Any:
         for u in units:
             self.tensors.unit_region(0, u)  # range check (InvalidArgumentError)
@@ -706,6 +818,7 @@ class Sender(_Side):
     """
 
     def __init__(self, cfg: TransferConfig, device: str = "cpu") -> None:
+        _need_config(cfg)
         super().__init__(cfg, cfg.units, device, None)
         need = cfg.images * self.units_per_image
         if cfg.units < need:
@@ -733,7 +846,7 @@ class Sender(_Side):
             raise InvalidArgumentError(
                 f"index must be an int in [0, {len(self.keys)}), got {index!r}"
             )
-        if variant not in (0, 1):
+        if type(variant) is not int or variant not in (0, 1):
             raise InvalidArgumentError(f"variant must be 0 or 1, got {variant!r}")
         h = self.keys[index]
         got = self.coord.acquire_checkpoint_source(h)
@@ -758,7 +871,11 @@ class Sender(_Side):
         Variant 1 inverts every byte of ``buf``. Returns ``buf``.
 
         Raises:
+            InvalidArgumentError: ``out`` is not an :class:`Outgoing` or ``buf`` not a
+                staging buffer of this rank (like :attr:`staging`'s); nothing changed.
             TransferError: ``out`` is not leased (its source was released or it settled)."""
+        _need(out, Outgoing, "out")
+        self._staging(buf)
         if out.state != "leased":
             raise TransferError(f"image {out.header.index} is {out.state}, not leased")
         torch = self.torch
@@ -781,7 +898,9 @@ class Sender(_Side):
         kept until :meth:`finish`); variant 1 sends inverted copies.
 
         Raises:
+            InvalidArgumentError: ``out`` is not an :class:`Outgoing`.
             TransferError: ``out`` is not leased."""
+        _need(out, Outgoing, "out")
         if out.state != "leased":
             raise TransferError(f"image {out.header.index} is {out.state}, not leased")
         views = self._views(out)
@@ -789,7 +908,11 @@ class Sender(_Side):
 
     def finish(self, out: Outgoing) -> None:
         """End ``out``'s lease by its terminal path: release the source (if not yet) and
-        settle. Idempotent (a second call changes nothing)."""
+        settle. Idempotent (a second call changes nothing).
+
+        Raises:
+            InvalidArgumentError: ``out`` is not an :class:`Outgoing`."""
+        _need(out, Outgoing, "out")
         if out.state == "settled":
             return
         self.coord.release_offload_store_source(out.op)
@@ -809,6 +932,7 @@ class Receiver(_Side):
     """
 
     def __init__(self, cfg: TransferConfig, device: str = "cpu") -> None:
+        _need_config(cfg)
         units = cfg.units if cfg.receiver_units is None else cfg.receiver_units
         super().__init__(cfg, units, device, cfg.receiver_block_tokens)
         self.local_key = image_key(cfg.seed ^ _LOCAL_SALT, 0)
@@ -837,8 +961,10 @@ class Receiver(_Side):
         no room can be made) changes nothing.
 
         Raises:
-            InvalidArgumentError: ``slot`` is not an int in ``[0, slots)``; nothing changed.
+            InvalidArgumentError: ``header`` is not an :class:`ImageHeader` or ``slot`` not an
+                int in ``[0, slots)``; nothing changed.
         """
+        _need(header, ImageHeader, "header")
         if type(slot) is not int or not 0 <= slot < self.cfg.slots:
             raise InvalidArgumentError(
                 f"slot must be an int in [0, {self.cfg.slots}), got {slot!r}"
@@ -867,7 +993,12 @@ class Receiver(_Side):
         region views (``staging`` None).
 
         Raises:
+            InvalidArgumentError: ``inc`` is not an :class:`Incoming` or ``staging`` not None
+                nor a staging buffer of this rank.
             TransferError: ``inc`` is not reserved."""
+        _need(inc, Incoming, "inc")
+        if staging is not None:
+            self._staging(staging)
         if inc.state != "reserved":
             raise TransferError(f"image {inc.header.index} is {inc.state}, not reserved")
         return self._views(inc) if staging is None else [self.wire(staging)]
@@ -877,7 +1008,12 @@ class Receiver(_Side):
         ``_foreach_copy_``), or nothing to do (``staging`` None: received in place).
 
         Raises:
+            InvalidArgumentError: ``inc`` is not an :class:`Incoming` or ``staging`` not None
+                nor a staging buffer of this rank; nothing changed.
             TransferError: ``inc`` is not reserved."""
+        _need(inc, Incoming, "inc")
+        if staging is not None:
+            self._staging(staging)
         if inc.state != "reserved":
             raise TransferError(f"image {inc.header.index} is {inc.state}, not reserved")
         if staging is not None and self.uniform:
@@ -904,7 +1040,9 @@ class Receiver(_Side):
         the error propagates.
 
         Raises:
+            InvalidArgumentError: ``inc`` is not an :class:`Incoming`.
             TransferError: ``inc`` has not landed."""
+        _need(inc, Incoming, "inc")
         if inc.state != "landed":
             raise TransferError(f"image {inc.header.index} is {inc.state}, not landed")
         try:
@@ -922,7 +1060,9 @@ class Receiver(_Side):
         D.12 step 4). Idempotent on an aborted image.
 
         Raises:
+            InvalidArgumentError: ``inc`` is not an :class:`Incoming`.
             TransferError: ``inc`` was already adopted."""
+        _need(inc, Incoming, "inc")
         if inc.state == "aborted":
             return
         if inc.state in ("adopted", "duplicate"):
@@ -934,7 +1074,14 @@ class Receiver(_Side):
 
     def queue_local(self, slot: int) -> bool:
         """Queue a restore of the local image into ``slot`` (the older local restore a
-        transfer suspends); False when the local image is gone (evicted)."""
+        transfer suspends); False when the local image is gone (evicted).
+
+        Raises:
+            InvalidArgumentError: ``slot`` is not an int in ``[0, slots)``; nothing changed."""
+        if type(slot) is not int or not 0 <= slot < self.cfg.slots:
+            raise InvalidArgumentError(
+                f"slot must be an int in [0, {self.cfg.slots}), got {slot!r}"
+            )
         return bool(self.cfg.local_restore and self.coord.begin_restore(self.local_key, slot))
 
     def fill_with_tenant(self, tag: int) -> int:
@@ -1408,12 +1555,16 @@ def run_rank(rank: int, world_size: int, cfg: TransferConfig, init_method: str) 
             ``result`` attribute; the caller should then exit without a teardown).
         LayoutMismatchError, WireError, TransferError: the run failed.
     """
-    if world_size != 2 or rank not in (0, 1):
+    if (
+        type(world_size) is not int
+        or type(rank) is not int
+        or world_size != 2
+        or rank not in (0, 1)
+    ):
         raise InvalidArgumentError(
             f"a transfer runs on ranks 0 and 1 of 2, got {rank}/{world_size}"
         )
-    if not isinstance(cfg, TransferConfig):
-        raise InvalidArgumentError(f"cfg must be a TransferConfig, got {cfg!r}")
+    _need_config(cfg)
     torch = _module("torch")
     dist = _module("torch.distributed")
     if cfg.device == "cuda":
@@ -1516,8 +1667,24 @@ def _config_json(cfg: TransferConfig) -> str:
 
 
 def _config_from_json(text: str) -> TransferConfig:
-    d = json.loads(text)
-    if d.get("slice") is not None:
+    """The config written by :func:`_config_json`.
+
+    Raises:
+        InvalidArgumentError: ``text`` is not JSON of a ``TransferConfig``'s fields, or a
+            field is out of range."""
+    try:
+        d = json.loads(text)
+    except ValueError as e:
+        raise InvalidArgumentError(f"the config is not JSON: {e}") from None
+    if not isinstance(d, dict):
+        raise InvalidArgumentError(f"the config must be a JSON object, got {d!r}")
+    names = {a.name for a in attrs.fields(TransferConfig)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise InvalidArgumentError(
+            f"the config has unknown fields {unknown}; known: {sorted(names)}"
+        )
+    if isinstance(d.get("slice"), list):
         d["slice"] = tuple(d["slice"])
     return TransferConfig(**d)
 
@@ -1534,13 +1701,20 @@ def spawn_transfer(cfg: TransferConfig, *, timeout_s: float | None = None) -> li
     ``killed``, so a hung peer cannot hang the caller.
 
     Raises:
-        InvalidArgumentError: ``cfg`` is not a TransferConfig or ``timeout_s`` not > 0.
+        InvalidArgumentError: ``cfg`` is not a TransferConfig or ``timeout_s`` not a finite
+            number > 0.
     """
-    if not isinstance(cfg, TransferConfig):
-        raise InvalidArgumentError(f"cfg must be a TransferConfig, got {cfg!r}")
+    _need_config(cfg)
     limit = 3 * cfg.timeout_s + 60 if timeout_s is None else timeout_s
-    if isinstance(limit, bool) or not isinstance(limit, int | float) or not limit > 0:
-        raise InvalidArgumentError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+    if (
+        isinstance(limit, bool)
+        or not isinstance(limit, int | float)
+        or not limit > 0
+        or not math.isfinite(limit)
+    ):
+        raise InvalidArgumentError(
+            f"timeout_s must be a finite number of seconds > 0, got {timeout_s!r}"
+        )
     with tempfile.TemporaryDirectory(prefix="pagedstate-transfer-") as tmp:
         init = Path(tmp, "rendezvous").as_uri()
         conf = Path(tmp, "config.json")
@@ -1581,12 +1755,17 @@ def spawn_transfer(cfg: TransferConfig, *, timeout_s: float | None = None) -> li
 def _main(argv: Sequence[str] | None = None) -> int:
     """One rank of :func:`spawn_transfer` (``python -m pagedstate.models.transfer``)."""
     ap = argparse.ArgumentParser(prog="python -m pagedstate.models.transfer")
-    ap.add_argument("--rank", type=int, required=True)
+    ap.add_argument("--rank", type=int, choices=(0, 1), required=True)
     ap.add_argument("--config", type=Path, required=True, help="TransferConfig as JSON")
     ap.add_argument("--init", required=True, help="torch.distributed init_method")
     ap.add_argument("--out", required=True, help="where the rank writes its result (JSON)")
     args = ap.parse_args(argv)
-    cfg = _config_from_json(args.config.read_text(encoding="utf-8"))
+    try:
+        cfg = _config_from_json(args.config.read_text(encoding="utf-8"))
+    except OSError as e:
+        ap.error(f"argument --config: cannot read {str(args.config)!r}: {e.strerror or e}")
+    except InvalidArgumentError as e:
+        ap.error(f"argument --config: {args.config}: {e}")
     _rank_entry(args.rank, cfg, args.init, args.out)
     return 0
 

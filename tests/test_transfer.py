@@ -8,8 +8,9 @@ Two kinds of test:
   header checks, refusals that change nothing, duplicate adoption, late releases from an
   earlier attempt, the abort path, a raising adoption;
 - **two real processes over gloo**, and over nccl too where two GPUs are present (the
-  device run, ``tools/transfer_device_run.sh``) (``spawn_transfer``: a ``file://`` rendezvous, so no port
-  to pick; every run is bounded, a rank still alive after its limit is killed): the happy
+  device run, ``tools/transfer_device_run.sh``) (``spawn_transfer``: a ``file://``
+  rendezvous, so no port to pick; every run is bounded, a rank still alive after its limit
+  is killed): the happy
   path in both payload modes, the sender dying after its leases, the sender stalling past the
   receiver's timeout, the same image arriving twice, the receiver's pool unable to fit an
   image, and peers of different layouts.
@@ -20,6 +21,7 @@ an image of 34,304 B in 3 units of 16,384 B (5 region pieces).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -152,6 +154,102 @@ def test_config_refuses_bad_fields(kw: dict[str, Any]) -> None:
         small(**kw)
 
 
+@pytest.mark.parametrize(
+    ("kw", "named"),
+    [
+        ({"model": "no-such-model"}, "no-such-model"),
+        ({"model": "Qwen"}, "matches 4"),  # ambiguous
+        ({"model": "mamba2"}, "attention_layers"),  # no attention layer to page into
+        ({"slice": (1, 2, 33)}, "divide=33"),
+        ({"slice": (99, 2, 32)}, "99"),
+        ({"timeout_s": float("inf")}, "inf"),
+        ({"timeout_s": 1e30}, "1e+30"),
+        ({"units": 4 * U - 1}, "units (11)"),
+        ({"receiver_units": U}, "receiver_units (3)"),  # no room beside the local image
+        ({"receiver_units": U - 1, "local_restore": False}, "receiver_units (2)"),
+        ({"receiver_block_tokens": 7, "receiver_units": 2 * U}, "receiver_units (6)"),
+    ],
+)
+def test_config_refuses_a_layout_or_pool_that_cannot_run(kw: dict[str, Any], named: str) -> None:
+    """Found by review: these were accepted and failed later, in a child process, with an
+    UnknownGeometryError, an OverflowError of the group's timedelta or a refused store."""
+    with pytest.raises(InvalidArgumentError, match=re.escape(named)):
+        small(**kw)
+
+
+def test_config_json_and_the_rank_cli_refuse_bad_input(tmp_path: Any) -> None:
+    """``python -m pagedstate.models.transfer``: a bad rank or config is a usage error (exit
+    2, the value named), not a traceback or a rank that reports after it started."""
+    import subprocess
+    import sys
+
+    assert T._config_from_json(T._config_json(small())) == small()
+    for text, named in [
+        ("nojson", "not JSON"),
+        ("[1]", "JSON object"),
+        ('{"bogus": 1}', "bogus"),
+        ('{"images": 0}', "images"),
+        ('{"slice": "abc"}', "slice"),
+    ]:
+        with pytest.raises(InvalidArgumentError, match=named):
+            T._config_from_json(text)
+    ok = tmp_path / "ok.json"
+    ok.write_text(T._config_json(small()))
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"model": "no-such-model"}')
+    for argv, named in [
+        (["--rank", "5", "--config", str(ok)], "invalid choice: 5"),
+        (["--rank", "0", "--config", str(tmp_path / "missing.json")], "missing.json"),
+        (["--rank", "0", "--config", str(bad)], "no-such-model"),
+    ]:
+        out = tmp_path / "out.json"
+        cmd = [sys.executable, "-m", "pagedstate.models.transfer", *argv]
+        cmd += ["--init", (tmp_path / "rv").as_uri(), "--out", str(out)]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and named in p.stderr, (argv, p.returncode, p.stderr)
+        assert "Traceback" not in p.stderr and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--images", "0"], "images must be an int >= 1, got 0"),  # was: the default, silently
+        (["--images", "-1"], "got -1"),
+        (["--model", "no-such-model"], "no-such-model"),  # was: a traceback
+        (["--timeout", "inf"], "inf"),  # was: every run failed in its child processes
+        (["--window", "0"], "--window"),
+        (["--payload", "foo"], "--payload"),
+        (["--block-tokens", "0"], "--block-tokens"),
+    ],
+)
+def test_the_benchmark_cli_refuses_bad_input_before_any_run(
+    argv: list[str], named: str, monkeypatch: Any, capsys: Any
+) -> None:
+    from pagedstate.models import bench_transfer as B
+
+    def no_run(*a: Any, **k: Any) -> None:
+        raise AssertionError("a run was spawned")
+
+    monkeypatch.setattr(B, "spawn_transfer", no_run)
+    try:
+        rc = B.main(["--backend", "gloo", "--quick", *argv])
+    except SystemExit as e:  # argparse's usage error
+        rc = e.code
+    assert rc == 2
+    assert named in capsys.readouterr().err
+
+
+def test_bench_rows_checks_every_configuration_before_the_first_run(monkeypatch: Any) -> None:
+    from pagedstate.models import bench_transfer as B
+
+    monkeypatch.setattr(B, "spawn_transfer", lambda *a, **k: pytest.fail("a run was spawned"))
+    with pytest.raises(InvalidArgumentError, match="divide=33|block_tokens"):
+        B.bench_rows(
+            backend="gloo", model="Qwen3-Next", slice_=(1, 2, 32), block_tokens=[128, 0],
+            payloads=["staged"], images=2, window=1, timeout_s=10.0,
+        )  # fmt: skip
+
+
 def test_header_rows_are_int64_and_round_trip() -> None:
     h = ImageHeader(3, (1 << 62) + 5, U, IMAGE, T.layout_digest("x"), 1)
     assert ImageHeader.from_row(h.row()) == h
@@ -166,7 +264,7 @@ def test_header_rows_are_int64_and_round_trip() -> None:
 
 
 def test_rounds_send_the_duplicate_alone_last() -> None:
-    cfg = small(images=5, window=2, fault="duplicate", fault_image=1)
+    cfg = small(images=5, units=5 * U, window=2, fault="duplicate", fault_image=1)
     assert cfg.rounds() == [[(0, 0), (1, 0)], [(2, 0), (3, 0)], [(4, 0)], [(1, 1)]]
 
 
@@ -261,6 +359,55 @@ def test_a_bad_slot_raises_before_anything_changes() -> None:
             r.accept(out.header, slot)  # type: ignore[arg-type]
     assert r.coord.snapshot() == before
     s.finish(out)
+
+
+def test_bad_arguments_to_the_steps_raise_before_anything_changes() -> None:
+    """Found by review: a bool or float variant was leased (and its header failed later), a
+    bad slot in ``queue_local`` queued a restore into a slot that does not exist (the next
+    batch then failed), and wrong buffers or objects failed deep in torch (a RuntimeError or
+    AttributeError). Each now raises InvalidArgumentError with both stores unchanged."""
+    s, r = pair(small())
+    out = s.lease(0)
+    inc = r.accept(out.header, 0)
+    assert isinstance(inc, Incoming)
+    bad_bufs = [
+        None,
+        torch.zeros(10, dtype=torch.uint8),
+        torch.zeros(IMAGE, dtype=torch.uint8),  # the wire part, not the staging buffer
+        torch.zeros(s.staging[0].numel(), dtype=torch.int64),
+        torch.zeros((2, s.staging[0].numel() // 2), dtype=torch.uint8),
+    ]
+    calls: list[Any] = [
+        lambda: s.lease(1, True),
+        lambda: s.lease(1, 1.0),
+        lambda: s.regions("out"),
+        lambda: s.finish("out"),
+        lambda: s.gather("out", s.staging[0]),
+        *[lambda b=b: s.gather(out, b) for b in bad_bufs],
+        lambda: r.accept("header", 1),
+        lambda: r.queue_local(2),
+        lambda: r.queue_local(-1),
+        lambda: r.queue_local(True),
+        *[lambda b=b: r.buffers(inc, b) for b in bad_bufs[1:]],
+        *[lambda b=b: r.land(inc, b) for b in bad_bufs[1:]],
+        lambda: r.adopt("inc"),
+        lambda: r.abort("inc"),
+        lambda: r.image("key"),
+        lambda: Sender(small(), "meta"),
+        lambda: Sender("cfg"),  # type: ignore[arg-type]
+        lambda: Receiver(None),  # type: ignore[arg-type]
+        lambda: T.run_rank(True, 2, small(), "file:///nowhere"),  # type: ignore[arg-type]
+    ]
+    before = (s.coord.snapshot(), r.coord.snapshot())
+    for call in calls:
+        with pytest.raises(InvalidArgumentError):
+            call()
+        assert (s.coord.snapshot(), r.coord.snapshot()) == before
+    assert out.state == "leased" and inc.state == "reserved"
+    assert r.run_batch() == 0  # nothing was queued behind our back
+    move(s, r, out, inc)  # and the transfer still goes through
+    assert r.adopt(inc)
+    assert torch.equal(restored(r, s.keys[0], 0), s.image(s.keys[0]))
 
 
 def test_an_accept_that_raises_changes_nothing(monkeypatch: Any) -> None:
@@ -580,6 +727,8 @@ def test_spawn_refuses_bad_arguments() -> None:
         spawn_transfer("cfg")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError):
         spawn_transfer(small(), timeout_s=0)
+    with pytest.raises(InvalidArgumentError):
+        spawn_transfer(small(), timeout_s=float("inf"))  # "bounded"
     with pytest.raises(InvalidArgumentError):
         T.run_rank(2, 2, small(), "file:///nowhere")
 
