@@ -606,6 +606,147 @@ def test_the_store_does_not_adopt_a_coordinator_reservation_behind_its_back() ->
     assert check_invariants(r.coord.snapshot()) == []
 
 
+@pytest.mark.parametrize("payload", ["staged", "regions"])
+@pytest.mark.parametrize(
+    ("s_uniform", "r_uniform"), [(True, True), (False, False), (True, False), (False, True)]
+)
+def test_the_wire_is_the_image_in_stream_order_on_every_path(
+    payload: str, s_uniform: bool, r_uniform: bool
+) -> None:
+    """SPEC E.3: byte k of the wire is byte k of the image, whichever path gathered it, so a
+    fast-path sender and a piece-path receiver (or the reverse) agree. A piece path that puts
+    its pieces in region-major order lands its own bytes back in place (the sender and the
+    receiver agree on the wrong order) but sends another stream: only this check sees it."""
+    s, r = pair(small(images=2, payload=payload))
+    s.uniform, r.uniform = s_uniform, r_uniform
+    out = s.lease(1)
+    want = s.image(s.keys[1])
+    if payload == "staged":
+        wire = s.gather(out, s.staging[0])
+    else:
+        wire = torch.cat(s.regions(out))
+    assert wire.numel() == IMAGE and torch.equal(wire, want)
+    inc = r.accept(out.header, 0)
+    assert isinstance(inc, Incoming)
+    move_back = r.buffers(inc, r.staging[0] if payload == "staged" else None)
+    for b, part in zip(move_back, wire.split([b.numel() for b in move_back]), strict=True):
+        b.copy_(part)
+    r.land(inc, r.staging[0] if payload == "staged" else None)
+    s.finish(out)
+    assert r.adopt(inc)
+    assert torch.equal(restored(r, s.keys[1], 0), want)
+
+
+class _FakeLink:
+    """The wire of the two loops run as threads of one process (queues, not
+    ``torch.distributed``): each message is handed over as a copy, and the receiver's
+    control and payload steps are logged in order."""
+
+    def __init__(self, rank: int, inbox: Any, outbox: Any, barrier: Any, log: list[Any]):
+        self.rank, self.inbox, self.outbox, self.bar, self.log = rank, inbox, outbox, barrier, log
+
+    def _get(self, kind: str) -> Any:
+        import queue
+
+        try:
+            got_kind, value = self.inbox.get(timeout=20)
+        except queue.Empty:
+            raise T.WireError("fake link: nothing arrived") from None
+        if got_kind != kind:
+            raise T.WireError(f"fake link: expected {kind}, got {got_kind}")
+        return value
+
+    def send_ints(self, values: Any) -> None:
+        self.outbox.put(("ints", [int(v) for v in values]))
+
+    def recv_ints(self, n: int) -> list[int]:
+        v = self._get("ints")
+        if len(v) != n:
+            raise T.WireError(f"fake link: {n} ints expected, got {len(v)}")
+        self.log.append(("ints", v[1] if len(v) > 1 else None))
+        return list(v)
+
+    def send_bytes(self, t: Any) -> None:
+        self.outbox.put(("bytes", t.clone()))
+
+    def recv_bytes(self, t: Any) -> None:
+        t.copy_(self._get("bytes"))
+
+    def exchange(self, tensors: Any, sending: bool) -> None:
+        if not tensors:
+            return
+        if sending:
+            self.outbox.put(("data", [t.clone() for t in tensors]))
+            return
+        data = self._get("data")
+        assert [d.numel() for d in data] == [t.numel() for t in tensors]
+        for t, d in zip(tensors, data, strict=True):
+            t.copy_(d)
+        self.log.append(("exchange", len(tensors)))
+
+    def barrier(self) -> None:
+        self.bar.wait(timeout=20)
+
+
+@pytest.mark.parametrize("payload", ["staged", "regions"])
+def test_the_loops_adopt_only_landed_bytes_and_post_receives_after_go(
+    payload: str, monkeypatch: Any
+) -> None:
+    """The two loops in one process over a fake link: at the moment the receiver adopts an
+    image (publishes it READY, SPEC C13), its reserved units already hold the image's bytes;
+    and every payload receive comes right after the round's GO message (on NCCL a receive
+    posted before it cannot be withdrawn if the sender is lost). A receiver that adopts
+    before it lands ends with the same bytes, so the end-of-run check cannot see it."""
+    import queue
+    import threading
+
+    cfg = small(images=4, window=2, payload=payload)
+    s = Sender(cfg)
+    r = Receiver(cfg)
+    at_adoption: list[tuple[int, bool]] = []
+    adopt = r.coord.adopt_transfer_units
+
+    def checked_adopt(owner: Any, h: int) -> bool:
+        units = r.coord.snapshot().transfers[owner]
+        held = r.tensors.read_units(list(units))[:IMAGE]
+        at_adoption.append((h, bool(torch.equal(held, r.image(h)))))
+        return bool(adopt(owner, h))
+
+    monkeypatch.setattr(r.coord, "adopt_transfer_units", checked_adopt)
+    a, b = queue.Queue(), queue.Queue()  # type: ignore[var-annotated]
+    bar = threading.Barrier(2)
+    rlog: list[Any] = []
+    results: dict[str, Any] = {}
+
+    def side(name: str, fn: Any, obj: Any, link: Any) -> None:
+        try:
+            results[name] = fn(obj, link)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            results[name] = e
+            bar.abort()
+
+    threads = [
+        threading.Thread(target=side, args=("s", T._sender_loop, s, _FakeLink(0, b, a, bar, []))),
+        threading.Thread(
+            target=side, args=("r", T._receiver_loop, r, _FakeLink(1, a, b, bar, rlog))
+        ),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert isinstance(results["r"], dict) and isinstance(results["s"], dict), results
+    assert results["r"]["adopted"] == 4 and results["r"]["mismatches"] == []
+    assert sorted(h for h, _ in at_adoption) == sorted(s.keys)
+    assert all(ok for _, ok in at_adoption), "adopted before the bytes were in its units"
+    first = next(k for k, e in enumerate(rlog) if e[0] == "exchange")
+    timed = rlog[first + 1 :]  # after the warm-up
+    payloads = [k for k, e in enumerate(timed) if e[0] == "exchange"]
+    assert len(payloads) == 2
+    assert all(timed[k - 1] == ("ints", T.KIND_PAYLOAD) for k in payloads), timed
+
+
 # -- two processes over gloo ---------------------------------------------------------------
 
 
