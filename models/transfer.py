@@ -1468,23 +1468,31 @@ def _receiver_loop(r: Receiver, link: Link) -> dict[str, Any]:
             for slot, (index, what, key) in expect.items():
                 checks.append((index, what, key, r.check_slot(slot, key)))
             break
-        for k, inc in enumerate(incs):
-            with ph("land"):
-                r.land(inc, r.staging[k] if staged else None)
-            released = inc.suspended is not None
-            with ph("adopt"):
-                fresh = r.adopt(inc)
-            local["released"] += released
-            r.bytes_moved += inc.header.image_bytes
-            outcome.setdefault(inc.header.index, []).append("adopted" if fresh else "duplicate")
-            expect.pop(inc.slot, None)
-            if cfg.verify == "round":
-                if not r.coord.begin_restore(inc.header.prefix_hash, inc.slot):
-                    raise TransferError(
-                        f"image {inc.header.index} was just adopted but is not READY"
-                    )
-                what = "duplicate" if not fresh else "image"
-                expect[inc.slot] = (inc.header.index, what, keys[inc.header.index])
+        try:
+            for k, inc in enumerate(incs):
+                with ph("land"):
+                    r.land(inc, r.staging[k] if staged else None)
+                released = inc.suspended is not None
+                with ph("adopt"):
+                    fresh = r.adopt(inc)
+                local["released"] += released
+                r.bytes_moved += inc.header.image_bytes
+                outcome.setdefault(inc.header.index, []).append("adopted" if fresh else "duplicate")
+                expect.pop(inc.slot, None)
+                if cfg.verify == "round":
+                    if not r.coord.begin_restore(inc.header.prefix_hash, inc.slot):
+                        raise TransferError(
+                            f"image {inc.header.index} was just adopted but is not READY"
+                        )
+                    what = "duplicate" if not fresh else "image"
+                    expect[inc.slot] = (inc.header.index, what, keys[inc.header.index])
+        except BaseException:
+            # The run fails, but no reservation or suspended restore of the round outlives
+            # it: every image not yet adopted is given up (released, local restore resumed).
+            for inc in incs:
+                if inc.state in ("reserved", "landed"):
+                    r.abort(inc)
+            raise
         with ph("batch"):
             r.run_batch()
         if r.tenant:

@@ -645,11 +645,14 @@ class _FakeLink:
     def __init__(self, rank: int, inbox: Any, outbox: Any, barrier: Any, log: list[Any]):
         self.rank, self.inbox, self.outbox, self.bar, self.log = rank, inbox, outbox, barrier, log
 
+    #: Seconds a receive waits before it fails as a lost peer would.
+    timeout = 20.0
+
     def _get(self, kind: str) -> Any:
         import queue
 
         try:
-            got_kind, value = self.inbox.get(timeout=20)
+            got_kind, value = self.inbox.get(timeout=self.timeout)
         except queue.Empty:
             raise T.WireError("fake link: nothing arrived") from None
         if got_kind != kind:
@@ -688,6 +691,64 @@ class _FakeLink:
         self.bar.wait(timeout=20)
 
 
+def _run_loops(s: Sender, r: Receiver, timeout: float = 20.0) -> tuple[dict[str, Any], list[Any]]:
+    """The sender's and the receiver's loops as two threads over a :class:`_FakeLink`:
+    ``({"s": result or exception, "r": ...}, the receiver's log)``."""
+    import queue
+    import threading
+
+    a, b = queue.Queue(), queue.Queue()  # type: ignore[var-annotated]
+    bar = threading.Barrier(2)
+    rlog: list[Any] = []
+    results: dict[str, Any] = {}
+
+    def side(name: str, fn: Any, obj: Any, link: Any) -> None:
+        try:
+            results[name] = fn(obj, link)
+        except BaseException as e:  # noqa: BLE001 - reported to the caller
+            results[name] = e
+            bar.abort()
+
+    links = [_FakeLink(0, b, a, bar, []), _FakeLink(1, a, b, bar, rlog)]
+    for link in links:
+        link.timeout = timeout
+    threads = [
+        threading.Thread(target=side, args=("s", T._sender_loop, s, links[0])),
+        threading.Thread(target=side, args=("r", T._receiver_loop, r, links[1])),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(3 * timeout + 30)
+    assert not any(t.is_alive() for t in threads)
+    return results, rlog
+
+
+def test_a_receiver_step_that_raises_mid_round_gives_the_round_up(monkeypatch: Any) -> None:
+    """A step of the receiver that raises after the payload arrived (here its landing of
+    the round's first image) fails the run, but first gives up every image of the round not
+    yet adopted: reservations released, suspended local restores resumed, nothing left."""
+    cfg = small(images=4, window=2)
+    s, r = Sender(cfg), Receiver(cfg)
+    land = r.land
+    landed: list[int] = []
+
+    def failing_land(inc: Incoming, staging: Any) -> None:
+        landed.append(inc.header.index)
+        if len(landed) == 3:  # image 2, the first of round 2
+            raise RuntimeError("planted: land fails")
+        land(inc, staging)
+
+    monkeypatch.setattr(r, "land", failing_land)
+    results, _ = _run_loops(s, r, timeout=2.0)
+    assert isinstance(results["r"], RuntimeError) and "planted" in str(results["r"])
+    acc = r.accounting()
+    assert acc["transfers"] == 0 and acc["suspended"] == 0, acc
+    assert acc["free"] + acc["records"] == acc["num_units"], acc
+    assert r.invariants() == []
+    assert [r.coord.contains(k) for k in s.keys] == [True, True, False, False]
+
+
 @pytest.mark.parametrize("payload", ["staged", "regions"])
 def test_the_loops_adopt_only_landed_bytes_and_post_receives_after_go(
     payload: str, monkeypatch: Any
@@ -713,29 +774,7 @@ def test_the_loops_adopt_only_landed_bytes_and_post_receives_after_go(
         return bool(adopt(owner, h))
 
     monkeypatch.setattr(r.coord, "adopt_transfer_units", checked_adopt)
-    a, b = queue.Queue(), queue.Queue()  # type: ignore[var-annotated]
-    bar = threading.Barrier(2)
-    rlog: list[Any] = []
-    results: dict[str, Any] = {}
-
-    def side(name: str, fn: Any, obj: Any, link: Any) -> None:
-        try:
-            results[name] = fn(obj, link)
-        except BaseException as e:  # noqa: BLE001 - reported below
-            results[name] = e
-            bar.abort()
-
-    threads = [
-        threading.Thread(target=side, args=("s", T._sender_loop, s, _FakeLink(0, b, a, bar, []))),
-        threading.Thread(
-            target=side, args=("r", T._receiver_loop, r, _FakeLink(1, a, b, bar, rlog))
-        ),
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not any(t.is_alive() for t in threads)
+    results, rlog = _run_loops(s, r)
     assert isinstance(results["r"], dict) and isinstance(results["s"], dict), results
     assert results["r"]["adopted"] == 4 and results["r"]["mismatches"] == []
     assert sorted(h for h, _ in at_adoption) == sorted(s.keys)
