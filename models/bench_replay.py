@@ -10,32 +10,18 @@ from __future__ import annotations
 
 import argparse
 import platform
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
 
+from pagedstate.models._provenance import commit
 from pagedstate.models.replay import ReplayConfig, ReplayResult, load_trace, replay
 
 _BEGIN = "<!-- bench-replay:begin -->"
 _END = "<!-- bench-replay:end -->"
 _TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "traces"
-
-
-def _commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=Path(__file__).resolve().parent,
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def _pct(x: float) -> str:
@@ -79,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "## Trace replay (`make bench-replay`)",
         "",
         f"Measured {date.today().isoformat()} on {platform.machine()}, Python"
-        f" {platform.python_version()}, commit {_commit()}: `pagedstate replay` of each"
+        f" {platform.python_version()}, commit {commit()}: `pagedstate replay` of each"
         f" whole shared trace, {args.model} with a {args.pool_gib:g} GiB pool, placement"
         f" `{args.placement}`, 64 running requests, executor none; once plain and once with"
         " `--verify` (the reference model in lockstep, snapshots compared every 256 passes),"

@@ -1000,3 +1000,21 @@ def test_the_fast_and_the_piece_path_move_the_same_bytes(uniform: bool) -> None:
     assert tail.numel() == U * r.layout.page_unit_bytes - IMAGE > 0
     assert int(tail.count_nonzero()) == (0 if uniform else tail.numel())
     assert check_invariants(r.coord.snapshot()) == []
+
+
+def test_the_benchmark_refuses_nccl_without_two_gpus_and_keeps_out_on_failure(
+    tmp_path: Any, monkeypatch: Any, capsys: Any
+) -> None:
+    """nccl on a machine without two GPUs is a usage error before any run; a run that fails
+    leaves ``--out`` as it was (no section of failed rows in the docs)."""
+    from pagedstate.models import bench_transfer as B
+
+    monkeypatch.setattr(B, "_two_gpus", lambda: False)
+    with pytest.raises(SystemExit) as e:
+        B.main(["--quick"])
+    assert e.value.code == 2 and "--backend gloo" in capsys.readouterr().err
+    doc = tmp_path / "t.md"
+    doc.write_text("keep\n")
+    monkeypatch.setattr(B, "spawn_transfer", lambda *a, **k: [{"error": "boom"}, {"error": "x"}])
+    assert B.main(["--backend", "gloo", "--quick", "--images", "2", "--out", str(doc)]) == 1
+    assert doc.read_text() == "keep\n"
