@@ -237,6 +237,13 @@ def _need(v: object, cls: type, name: str) -> None:
         raise InvalidArgumentError(f"{name} must be an instance of {cls.__name__}, got {v!r}")
 
 
+def _in_state(x: Outgoing | Incoming, state: str) -> None:
+    """Raise :class:`TransferError` unless the image ``x`` is in ``state`` (a step taken out
+    of order: leasing, landing, adopting an image twice or after it ended)."""
+    if x.state != state:
+        raise TransferError(f"image {x.header.index} is {x.state}, not {state}")
+
+
 def _mix64(x: int) -> int:
     """splitmix64's finaliser: a bijection on 64 bits."""
     x &= _MASK64
@@ -876,8 +883,7 @@ class Sender(_Side):
             TransferError: ``out`` is not leased (its source was released or it settled)."""
         _need(out, Outgoing, "out")
         self._staging(buf)
-        if out.state != "leased":
-            raise TransferError(f"image {out.header.index} is {out.state}, not leased")
+        _in_state(out, "leased")
         torch = self.torch
         if self.uniform:
             idx = self._unit_index(out.units)
@@ -901,8 +907,7 @@ class Sender(_Side):
             InvalidArgumentError: ``out`` is not an :class:`Outgoing`.
             TransferError: ``out`` is not leased."""
         _need(out, Outgoing, "out")
-        if out.state != "leased":
-            raise TransferError(f"image {out.header.index} is {out.state}, not leased")
+        _in_state(out, "leased")
         views = self._views(out)
         return [v.bitwise_not() for v in views] if out.header.variant else views
 
@@ -999,8 +1004,7 @@ class Receiver(_Side):
         _need(inc, Incoming, "inc")
         if staging is not None:
             self._staging(staging)
-        if inc.state != "reserved":
-            raise TransferError(f"image {inc.header.index} is {inc.state}, not reserved")
+        _in_state(inc, "reserved")
         return self._views(inc) if staging is None else [self.wire(staging)]
 
     def land(self, inc: Incoming, staging: Any | None) -> None:
@@ -1014,8 +1018,7 @@ class Receiver(_Side):
         _need(inc, Incoming, "inc")
         if staging is not None:
             self._staging(staging)
-        if inc.state != "reserved":
-            raise TransferError(f"image {inc.header.index} is {inc.state}, not reserved")
+        _in_state(inc, "reserved")
         if staging is not None and self.uniform:
             idx = self._unit_index(inc.units)
             grid = self._grid(staging)
@@ -1043,8 +1046,7 @@ class Receiver(_Side):
             InvalidArgumentError: ``inc`` is not an :class:`Incoming`.
             TransferError: ``inc`` has not landed."""
         _need(inc, Incoming, "inc")
-        if inc.state != "landed":
-            raise TransferError(f"image {inc.header.index} is {inc.state}, not landed")
+        _in_state(inc, "landed")
         try:
             adopted: bool = self.coord.adopt_transfer_units(inc.owner, inc.header.prefix_hash)
         except BaseException:
