@@ -663,7 +663,7 @@ class _Side:
         self.staging = [
             torch.zeros(padded, dtype=torch.uint8, device=self.device) for _ in range(cfg.window)
         ]
-        self._kv_rows = self.tensors.kv_rows
+
         if self.uniform:
             k = len(regions)
             # The fast path moves words, not bytes (a byte-wise gather kernel is several
@@ -677,7 +677,7 @@ class _Side:
                 if regions[0] % 2 == 0
                 else (1, torch.uint8)
             )
-            self._kv_words = [r.view(self._word) for r in self._kv_rows]
+            self._kv_words = [r.view(self._word) for r in self.tensors.kv_rows]
             #: Per-region scratch of the fast gather: ``[regions, units, region words]``.
             self._scratch = torch.zeros(
                 (k, self.units_per_image, regions[0] // word), dtype=self._word, device=self.device
