@@ -183,11 +183,16 @@ class UnitPool:
         self._vacant: list[int] = list(range(num_units))
         # Cached free units -> prefix hash, least recently cached first.
         self._cached: OrderedDict[int, int] = OrderedDict()
-        # Tag of every unit by id: ``(owner, piece)`` while reserved, None while free. A list,
-        # not a dict: a reservation touches neighbouring ids, which share cache lines, and
-        # churn never rebuilds it (a dict of millions of units is rebuilt as keys come and
-        # go, and misses the cache on every new key).
-        self._tags: list[tuple[Hashable, int] | None] = [None] * num_units
+        # The tag ``(owner, piece)`` of every unit by id, as two parallel lists: the owner
+        # (None while free) and the piece (0 while free, so that equal pools hold equal
+        # lists). Lists, not a dict: a
+        # reservation touches neighbouring ids, which share cache lines, and churn never
+        # rebuilds them (a dict of millions of units is rebuilt as keys come and go, and
+        # misses the cache on every new key). Two lists, not one list of tuples: no tuple is
+        # built per unit when reserving, freed when releasing or dereferenced when checking
+        # (the owner is shared by the whole reservation; pieces are small cached ints).
+        self._owners: list[Hashable | None] = [None] * num_units
+        self._pieces: list[int] = [0] * num_units
         # Units held per (hashable) owner: the whole-reservation check of G9 without a walk.
         self._held: dict[Hashable, int] = {}
         self._dirty: set[int] = set()
@@ -207,7 +212,8 @@ class UnitPool:
         c.__dict__.update(self.__dict__)
         c._vacant = list(self._vacant)
         c._cached = OrderedDict(self._cached)
-        c._tags = list(self._tags)
+        c._owners = list(self._owners)
+        c._pieces = list(self._pieces)
         c._held = dict(self._held)
         c._dirty = set(self._dirty)
         c._deferred = list(self._deferred)
@@ -251,7 +257,8 @@ class UnitPool:
             InvalidArgumentError: ``unit`` is not an int in ``[0, num_units)``.
         """
         self._need_unit(unit)
-        return self._tags[unit]
+        owner = self._owners[unit]
+        return None if owner is None else (owner, self._pieces[unit])
 
     def cached_hash(self, unit: int) -> int | None:
         """The prefix hash a cached free unit holds, ``None`` otherwise. O(1).
@@ -286,9 +293,10 @@ class UnitPool:
     ) -> tuple[frozenset[int], frozenset[int], dict[int, tuple[Hashable, int]]]:
         """``(free, dirty, tags)`` for :class:`~pagedstate.spec.snapshot.Snapshot`.
         O(num_units)."""
-        tags = self._tags
-        free = frozenset(u for u, t in enumerate(tags) if t is None)
-        return free, frozenset(self._dirty), {u: t for u, t in enumerate(tags) if t is not None}
+        owners, pieces = self._owners, self._pieces
+        free = frozenset(u for u, o in enumerate(owners) if o is None)
+        tags = {u: (o, pieces[u]) for u, o in enumerate(owners) if o is not None}
+        return free, frozenset(self._dirty), tags
 
     # -- per-owner counts ---------------------------------------------------------------
 
@@ -330,10 +338,11 @@ class UnitPool:
         if owner is None:
             raise InvalidArgumentError("owner must not be None")
         self._need_owner("owner", owner)
-        tags = self._tags
+        owners, pieces = self._owners, self._pieces
         n = self.num_units
         for piece, u in enumerate(ids):
-            tag = tags[u] if u < n else None
+            held_by = owners[u] if u < n else None
+            tag = None if held_by is None else (held_by, pieces[u])
             if tag != (owner, piece):
                 raise WrongOwnerError.for_unit(u, tag, owner, piece)
         held = self._held_by(owner)
@@ -402,17 +411,18 @@ class UnitPool:
             return None
         if count == 0:
             return []
-        tags = self._tags
+        owners, pieces = self._owners, self._pieces
         pop = heapq.heappop
         evicted: list[int] = []
         # Plain loops: on CPython they beat map/deque passes over slot wrappers such as
-        # ``tags.__setitem__`` at every reservation size. Equivalent mutants: with exactly
+        # ``owners.__setitem__`` at every reservation size. Equivalent mutants: with exactly
         # ``count`` vacant units the other branch takes the same units.
         if len(vacant) >= count:  # pragma: no mutate
             units = []
             for piece in range(count):
                 u = pop(vacant)
-                tags[u] = (owner, piece)
+                owners[u] = owner
+                pieces[u] = piece
                 units.append(u)
         else:
             units = [pop(vacant) for _ in range(len(vacant))]
@@ -421,7 +431,8 @@ class UnitPool:
                 evicted.append(h)
                 units.append(u)
             for piece, u in enumerate(units):
-                tags[u] = (owner, piece)
+                owners[u] = owner
+                pieces[u] = piece
         held = self._held  # _add_held(owner, count), inline (count > 0)
         held[owner] = held.get(owner, 0) + count
         if evicted and self.on_evict is not None:
@@ -472,11 +483,15 @@ class UnitPool:
         tagged as reserved (a callback may have released or retagged them): returns whether
         it undid anything. O(count log n)."""
         units, owner, evicted = undo
-        tags = self._tags
-        if any(tags[u] != (owner, piece) for piece, u in enumerate(units)):
+        owners, pieces = self._owners, self._pieces
+        if any(
+            (owners[u] is not owner and owners[u] != owner) or pieces[u] != piece
+            for piece, u in enumerate(units)
+        ):
             return False
         for u in units:
-            tags[u] = None
+            owners[u] = None
+            pieces[u] = 0
         self._add_held(owner, -len(units))
         n_vacant = len(units) - len(evicted)
         for u in units[:n_vacant]:
@@ -509,11 +524,12 @@ class UnitPool:
     def _release(self, ids: tuple[int, ...] | list[int], owner: Hashable) -> None:
         """``release_units`` of a whole reservation already known to be ``owner``'s, in
         piece order: the store's own path for its records' units."""
-        tags = self._tags
+        owners, pieces = self._owners, self._pieces
         vacant = self._vacant
         push = heapq.heappush
         for u in ids:
-            tags[u] = None
+            owners[u] = None
+            pieces[u] = 0
             push(vacant, u)
         # is_dirtying(owner) and _add_held(owner, -len(ids)), inline: the store releases
         # through here once per record
@@ -551,13 +567,14 @@ class UnitPool:
                 return False
         except Exception:  # unhashable, or a __hash__ that raises: the slow path names it
             return False
-        tags = self._tags
+        owners, pieces = self._owners, self._pieces
         size = self.num_units
         piece = 0  # pragma: no mutate
         for u in unit_ids:
             if type(u) is not int or not 0 <= u < size:  # pragma: no mutate
                 return False
-            if tags[u] != (owner, piece):
+            held_by = owners[u]
+            if (held_by is not owner and held_by != owner) or pieces[u] != piece:
                 return False
             piece += 1  # pragma: no mutate
         return True  # pragma: no mutate
@@ -578,7 +595,8 @@ class UnitPool:
         self._need_owner("new_owner", new_owner)
         if self._held_by(new_owner) > 0:
             raise InvalidArgumentError(f"owner {new_owner!r} already holds units")
-        _consume(map(self._tags.__setitem__, ids, zip(repeat(new_owner), range(len(ids)))))
+        # piece i is position i on both sides: only the owner changes
+        _consume(map(self._owners.__setitem__, ids, repeat(new_owner)))
         self._add_held(old_owner, -len(ids))
         self._add_held(new_owner, len(ids))
 
@@ -609,10 +627,11 @@ class UnitPool:
         for h in prefix_hashes:
             if h is not None and not is_int(h):
                 raise InvalidArgumentError(f"a prefix hash must be an int or None, got {h!r}")
-        tags = self._tags
+        owners, pieces = self._owners, self._pieces
         # equivalent mutants: lengths checked equal
         for u, h in zip(ids, prefix_hashes, strict=True):  # pragma: no mutate
-            tags[u] = None
+            owners[u] = None
+            pieces[u] = 0
             if h is None:
                 heapq.heappush(self._vacant, u)
             else:
@@ -641,7 +660,8 @@ class UnitPool:
             if u not in self._cached:
                 raise InvalidArgumentError(f"unit {u} is not a cached free unit")
         _consume(map(self._cached.__delitem__, ids))
-        _consume(map(self._tags.__setitem__, ids, zip(repeat(owner), range(len(ids)))))
+        _consume(map(self._owners.__setitem__, ids, repeat(owner)))
+        _consume(map(self._pieces.__setitem__, ids, range(len(ids))))
         self._add_held(owner, len(ids))
 
     def uncache_units(self, unit_ids: Any) -> None:
