@@ -478,7 +478,9 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         f" `resumable_hit` and `begin_restore`, chunked prefill of {o.chunk_blocks} blocks"
         f" filing a checkpoint at every chunk end, KV units reserved per running request,"
         f" one drain and the completions per pass, `unindex` when the KV prefix cache model"
-        f" drops a hash); {o.units_per_slot} pool units per slot, {o.units_per_checkpoint}"
+        " drops a hash, timed as `unindex: dropped` when the call dropped a checkpoint,"
+        " pending boundary or queued scratch store and as `unindex: nothing` otherwise);"
+        f" {o.units_per_slot} pool units per slot, {o.units_per_checkpoint}"
         " units per image, `1024 // concurrency` decode tokens per request per pass; the"
         " replay stops when nothing is left waiting.",
         "",
@@ -543,8 +545,9 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
     lines += [
         "",
         "The workload is not the same at every concurrency: the pool grows with the slots, so"
-        " the KV prefix cache holds more, more requests resume and more `unindex` calls find"
-        " a checkpoint to drop, and a drain or a completion handles as many ops as the pass"
+        " the KV prefix cache holds more, more requests resume, fewer `unindex` calls find"
+        " nothing and more find a checkpoint to drop, and a drain or a completion handles as"
+        " many ops as the pass"
         " filed. A method's mean can therefore move with concurrency for what its calls do,"
         " not only for how the store scales; the live-records runs below repeat one"
         " identical call sequence and isolate the latter.",
@@ -554,8 +557,8 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         "A call's work is one unit plus: for `pool.reserve_units` / `pool.release_units`,"
         " the units beyond the first; for `take_checkpoint_ops`, the ops it returns and the"
         " records it evicts; for `complete_previous_batch`, the ops of the batch it"
-        " completes; for `ensure_free_units`, the records it evicts; for `unindex`, one more"
-        " when it orphans something. The engine credits it after the call, outside the"
+        " completes; for `ensure_free_units`, the records it evicts; for `unindex: dropped`,"
+        " one more (the orphan it counts). The engine credits it after the call, outside the"
         " timed region. µs per unit of work, and units of work per call:",
         "",
     ]
@@ -636,8 +639,8 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
             "",
             "The runs above stop when nothing is left waiting, so they serve different"
             " requests at each concurrency, and their call mix differs (a smaller pool drops"
-            " more KV prefixes, most of which have no checkpoint: many cheap `unindex`"
-            " misses). Here every request runs to completion at the lowest and the highest"
+            " more KV prefixes, most of which have no checkpoint: many cheap `unindex: nothing`"
+            " calls). Here every request runs to completion at the lowest and the highest"
             " concurrency, so both runs serve the same requests; store time is the sum of"
             " the timed store calls (fastest of"
             f" {o.repeat} replays, call by call). Context for the concurrency target, not a"
@@ -748,7 +751,7 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
             f" (target <= {TARGET_CONCURRENCY_RATIO:g}):"
             f" **{_verdict(raw <= TARGET_CONCURRENCY_RATIO if judged else None)}**."
             f" With the {hi:,} run's per-method costs weighted by the {lo:,} run's call"
-            f" counts (same mix): {mixed:.2f}"
+            f" counts (same mix of methods, `unindex` split by outcome): {mixed:.2f}"
             f" ({_verdict(mixed <= TARGET_CONCURRENCY_RATIO if judged else None)})."
             f" Per unit of work, over the {lo:,} run's work mix: {per_work:.2f}"
             f" ({_verdict(per_work <= TARGET_CONCURRENCY_RATIO if judged else None)})."

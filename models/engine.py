@@ -127,6 +127,13 @@ DEFAULT_TRACE = (
 )
 #: Owner-tag prefix of a running request's KV reservation (SPEC A.3).
 KV_OWNER = "live-kv"
+
+#: The timer's names for ``coordinator.unindex``: a call that found nothing to drop (most
+#: evicted prefixes have no checkpoint, pending boundary or queued scratch store), and one
+#: that dropped something (counted as an orphan). Timed apart: the two cost very different
+#: amounts, and their mix moves with the pool size.
+UNINDEX_MISS = "unindex: nothing"
+UNINDEX_DROP = "unindex: dropped"
 #: Prefix hashes of records a run pre-populates: far above any trace id.
 PREPOP_HASH_BASE = 1 << 40
 _MASK63 = (1 << 63) - 1
@@ -243,6 +250,7 @@ class CallTimer:
         self.sample_methods: array[int] = array("H")
         self.methods: list[str] = []
         self._ids: dict[str, int] = {}
+        self._last_ns = 0
         #: method name -> work beyond one unit per call, credited by the engine after the
         #: call (untimed): the units a pool call names or hands out beyond the first, the
         #: ops a drain returns or a completion publishes, the records an eviction or an
@@ -255,12 +263,36 @@ class CallTimer:
         if extra:
             self.extra_work[name] = self.extra_work.get(name, 0) + extra
 
+    def relabel_last(self, old: str, new: str) -> None:
+        """Count the last call, made as ``old``, under ``new`` instead (time, count and, with
+        ``keep_samples``, its sample's method): for a call whose kind is known only from its
+        outcome. Untimed, like the rest of the bookkeeping."""
+        slot = self.timings[old]
+        ns = self.samples[-1] if self.keep_samples else self._last_ns
+        slot[0] -= ns
+        slot[1] -= 1
+        if not slot[1]:
+            del self.timings[old]
+        to = self.timings.get(new)
+        if to is None:
+            self.timings[new] = [ns, 1]
+        else:
+            to[0] += ns
+            to[1] += 1
+        if self.keep_samples:
+            mid = self._ids.get(new)
+            if mid is None:
+                mid = self._ids[new] = len(self.methods)
+                self.methods.append(new)
+            self.sample_methods[-1] = mid
+
     def call(self, name: str, fn: Callable[..., _T], *args: Any) -> _T:
         """``fn(*args)``, its duration added to ``name``'s total. Only the call sits between
         the two clock reads; the bookkeeping comes after the second."""
         t0 = _now()
         result = fn(*args)
         t1 = _now()
+        self._last_ns = t1 - t0
         slot = self.timings.get(name)
         if slot is None:
             self.timings[name] = [t1 - t0, 1]
@@ -463,8 +495,12 @@ class Engine:
             self.counters["unindexed"] += 1
             c = self.coordinator
             gone = c.checkpoints_orphaned
-            self._call("unindex", c.unindex, h)
-            self.timer.credit("unindex", c.checkpoints_orphaned - gone)
+            self._call(UNINDEX_MISS, c.unindex, h)
+            if c.checkpoints_orphaned != gone:
+                # dropped something (a checkpoint, pending boundaries, queued scratch
+                # stores): a different kind of call from the many that find nothing
+                self.timer.relabel_last(UNINDEX_MISS, UNINDEX_DROP)
+                self.timer.credit(UNINDEX_DROP, c.checkpoints_orphaned - gone)
 
     def _kv_hit(self, req: Request) -> int:
         cap = (req.trace.input_length - 1) // self.config.block_tokens

@@ -20,6 +20,8 @@ from pagedstate.models import bench, reference
 from pagedstate.models.engine import (
     DEFAULT_TRACE,
     KV_OWNER,
+    UNINDEX_DROP,
+    UNINDEX_MISS,
     CallTimer,
     Engine,
     EngineConfig,
@@ -105,7 +107,8 @@ def test_invariants_hold_after_every_pass_and_every_path_is_taken(
         "ensure_free_units",
         "checkpoint",
         "forget_pending",
-        "unindex",
+        UNINDEX_MISS,
+        UNINDEX_DROP,
         "pool.reserve_units",
         "pool.release_units",
         "pool.num_free",
@@ -117,7 +120,9 @@ def test_invariants_hold_after_every_pass_and_every_path_is_taken(
     assert r.timings["checkpoint"][1] == c["checkpoints_filed"]
     assert r.timings["begin_restore"][1] == c["restores"]
     assert r.timings["pool.release_units"][1] == c["completed"]
-    assert r.timings["unindex"][1] == c["unindexed"]
+    assert r.timings[UNINDEX_MISS][1] + r.timings[UNINDEX_DROP][1] == c["unindexed"]
+    # every call that dropped something counted one orphan (a call orphans at most one)
+    assert r.timings[UNINDEX_DROP][1] == f["checkpoints_orphaned"]
 
 
 def test_two_runs_agree(trace200: list[TraceRequest]) -> None:
@@ -187,6 +192,31 @@ def test_timer() -> None:
     t.call("add", lambda a, b: a + b, 1, 1)
     assert t.timings["add"][1] == 2 and t.timings["add"][0] >= 0
     assert timer_floor_ns(1000) > 0
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_timer_relabels_the_last_call(keep: bool) -> None:
+    """A call known only afterwards to be of another kind moves, time and count, to that
+    name; with samples kept, its sample moves too (the bench pairs replays by it)."""
+    t = CallTimer(keep_samples=keep)
+    t.call("a", lambda: None)
+    t.call("a", lambda: None)
+    total = t.timings["a"][0]
+    last = t.samples[-1] if keep else t._last_ns
+    t.relabel_last("a", "b")
+    assert t.timings["a"][1] == 1 and t.timings["b"] == [last, 1]
+    assert t.timings["a"][0] + t.timings["b"][0] == total
+    t.call("a", lambda: None)
+    t.relabel_last("a", "b")
+    assert t.timings["b"][1] == 2 and t.timings["a"][1] == 1
+    t.call("b", lambda: None)  # the name relabelling made is an ordinary one
+    assert t.timings["b"][1] == 3
+    t.call("c", lambda: None)
+    t.relabel_last("c", "b")
+    assert "c" not in t.timings  # a name left with no call goes
+    if keep:
+        assert [t.methods[m] for m in t.sample_methods] == ["a", "b", "b", "b", "b"]
+        assert sum(t.samples) == sum(ns for ns, _ in t.timings.values())
 
 
 def test_bench_quick_writes_its_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
