@@ -194,7 +194,12 @@ class UnitPool:
         self._owners: list[Hashable | None] = [None] * num_units
         self._pieces: list[int] = [0] * num_units
         # Units held per (hashable) owner: the whole-reservation check of G9 without a walk.
+        # A checkpoint's owner ``("state-checkpoint", cid)`` is counted apart, under its
+        # ``cid`` (see ``_count_of``): the store holds one such owner per record, and
+        # consecutive ids fill neighbouring slots of a dict where tuple keys scatter over
+        # all of it (with 10^6 records, a cache miss per count on every store and release).
         self._held: dict[Hashable, int] = {}
+        self._held_ckpt: dict[Hashable, int] = {}
         self._dirty: set[int] = set()
         # Eviction callbacks held by deferred_evictions() blocks (nesting depth, hashes), and
         # what undoes each reservation that fired them (see _unreserve).
@@ -215,6 +220,7 @@ class UnitPool:
         c._owners = list(self._owners)
         c._pieces = list(self._pieces)
         c._held = dict(self._held)
+        c._held_ckpt = dict(self._held_ckpt)
         c._dirty = set(self._dirty)
         c._deferred = list(self._deferred)
         c._undo = list(self._undo)
@@ -303,15 +309,25 @@ class UnitPool:
     # Every owner that reaches these two is hashable: the public calls check it first
     # (``_need_owner``) and the store's owners are ``(kind, int)`` tuples.
 
+    def _count_of(self, owner: Hashable) -> tuple[dict[Hashable, int], Hashable]:
+        """Where ``owner``'s unit count is kept: ``(counts, key)`` (see ``_held_ckpt``).
+        Equal owners get equal keys: a checkpoint owner is any 2-tuple (subclasses too) whose
+        kind equals ``"state-checkpoint"``, keyed by its second item."""
+        if isinstance(owner, tuple) and len(owner) == 2 and owner[0] == CHECKPOINT_OWNER:
+            return self._held_ckpt, owner[1]
+        return self._held, owner
+
     def _held_by(self, owner: Hashable) -> int:
-        return self._held.get(owner, 0)
+        counts, key = self._count_of(owner)
+        return counts.get(key, 0)
 
     def _add_held(self, owner: Hashable, n: int) -> None:
-        left = self._held.get(owner, 0) + n
+        counts, key = self._count_of(owner)
+        left = counts.get(key, 0) + n
         if left:
-            self._held[owner] = left
+            counts[key] = left
         else:
-            self._held.pop(owner, None)
+            counts.pop(key, None)
 
     def _as_store(self) -> _StoreAccess:
         """The store (or coordinator) is calling: store owners are accepted inside the block
@@ -433,8 +449,8 @@ class UnitPool:
             for piece, u in enumerate(units):
                 owners[u] = owner
                 pieces[u] = piece
-        held = self._held  # _add_held(owner, count), inline (count > 0)
-        held[owner] = held.get(owner, 0) + count
+        held, key = self._count_of(owner)  # _add_held(owner, count), inline (count > 0)
+        held[key] = held.get(key, 0) + count
         if evicted and self.on_evict is not None:
             undo = (units, owner, evicted)
             if self._defer:
@@ -535,12 +551,12 @@ class UnitPool:
         # through here once per record
         if isinstance(owner, tuple) and len(owner) == 2 and owner[0] in _STORE_KINDS:
             self._dirty.update(ids)
-        held = self._held
-        left = held.get(owner, 0) - len(ids)
+        held, key = self._count_of(owner)
+        left = held.get(key, 0) - len(ids)
         if left:
-            held[owner] = left
+            held[key] = left
         else:
-            held.pop(owner, None)
+            held.pop(key, None)
 
     def _is_whole(self, unit_ids: Any, owner: Hashable) -> bool:
         """Fast check that ``unit_ids`` is exactly ``owner``'s whole reservation in piece
@@ -563,7 +579,7 @@ class UnitPool:
         ):
             return False  # refused by the slow path (StoreOwnedUnitsError)
         try:
-            if self._held.get(owner, 0) != n:  # pragma: no mutate
+            if self._held_by(owner) != n:  # pragma: no mutate
                 return False
         except Exception:  # unhashable, or a __hash__ that raises: the slow path names it
             return False
