@@ -397,3 +397,36 @@ def test_claim_cached_units_names_the_owner_argument() -> None:
         pool.claim_cached_units([0], ["unhashable"])
     with pytest.raises(PagedStateError, match="unit 1 is not a cached free unit"):
         pool.claim_cached_units([1], KV1)
+
+
+def test_owner_counts_keep_kinds_apart_and_equal_owners_together() -> None:
+    """G9 counts per owner. Checkpoint owners are counted apart, by id: an owner of another
+    kind with the same id (or the bare id) is another owner, and an owner equal to a
+    checkpoint owner (a tuple subclass, a float id) is the same one, on both models."""
+    from typing import NamedTuple
+
+    class Tag(NamedTuple):
+        kind: str
+        ident: int
+
+    for models in (R, I):
+        pool = models.UnitPool(12)
+        mine = (CHECKPOINT_OWNER, 7)
+        with pool._as_store():
+            ckpt = pool.reserve_units(2, mine)
+            assert ckpt is not None
+            with pytest.raises(InvalidArgumentError, match="already holds"):
+                pool.reserve_units(1, Tag(CHECKPOINT_OWNER, 7))  # equal: the same owner
+            with pytest.raises(InvalidArgumentError, match="already holds"):
+                pool.reserve_units(1, (CHECKPOINT_OWNER, 7.0))
+        others = [("live-kv", 7), 7, ("state-checkpoint-x", 7)]
+        held = [pool.reserve_units(3, o) for o in others]  # none of them holds units yet
+        with pytest.raises(PartialReleaseError):
+            pool.release_units(held[0][:2], others[0])  # holds 3, not the checkpoint's 2
+        with pool._as_store():
+            with pytest.raises(PartialReleaseError):
+                pool.release_units(ckpt[:1], mine)
+            pool.release_units(list(ckpt), Tag(CHECKPOINT_OWNER, 7))  # the same owner
+        for units, o in zip(held, others, strict=True):
+            pool.release_units(units, o)
+        assert pool.num_free == 12
