@@ -697,7 +697,12 @@ class PagedStateCheckpointCoordinator:
         units = self._transfer_units.get(owner)
         if units is None:
             return False
-        adopted = self.store.adopt_units(units, (TRANSFER_OWNER, owner), prefix_hash)
+        store = self.store
+        store._transfer_adopts += 1  # the one caller that may adopt a transfer reservation
+        try:
+            adopted = store.adopt_units(units, (TRANSFER_OWNER, owner), prefix_hash)
+        finally:
+            store._transfer_adopts -= 1
         row = T.TRANSFER.step(T.RESERVED, "adopt", "fresh" if adopted else "duplicate")
         del self._transfer_units[owner]
         self._took(T.TRANSFER, row, owner)

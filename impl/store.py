@@ -91,7 +91,7 @@ from pagedstate.spec.types import (
     SuspendedCheckpointRestore,
 )
 
-from ._args import is_checkpoint_owner, is_int, need_int
+from ._args import is_checkpoint_owner, is_dirtying, is_int, need_int
 from .pool import UnitPool
 
 __all__ = [
@@ -270,6 +270,9 @@ class PageUnitCheckpointStore:
         self._suspended_slots: dict[int, int] = {}
         self._next_lease_id = 0
         self._next_checkpoint_id = 0
+        # Depth of the coordinator's adoptions of its own transfer reservations (its
+        # adopt_transfer_units): only inside one may adopt_units name a transfer owner.
+        self._transfer_adopts = 0
         self.evictions = 0
         self.generation = 0
         self._change_log_size = change_log_size
@@ -977,7 +980,9 @@ class PageUnitCheckpointStore:
         Raises:
             InvalidArgumentError: wrong unit count or argument types.
             StoreOwnedUnitsError: ``owner`` is a checkpoint's own tag (its units are not
-                adoptable).
+                adoptable), or a transfer reservation ``("state-transfer", o)`` and the
+                caller is not the coordinator (``adopt_transfer_units``), which would still
+                name the units.
             WrongOwnerError, PartialReleaseError, DuplicateUnitError: the units are not
                 exactly ``owner``'s whole reservation.
         """
@@ -990,6 +995,8 @@ class PageUnitCheckpointStore:
             )
         if is_checkpoint_owner(owner):
             raise StoreOwnedUnitsError.for_owner(owner)
+        if is_dirtying(owner) and not self._transfer_adopts:
+            raise StoreOwnedUnitsError.for_transfer_adoption(owner)
         if self.contains_or_pending(prefix_hash):
             with _as_store(self.pool):
                 self.pool.release_units(unit_ids, owner)

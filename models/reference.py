@@ -467,6 +467,9 @@ class PageUnitCheckpointStore(_Stepper):
         self._suspended: dict[int, tuple[int, CheckpointRestoreOp]] = {}
         self._next_lease_id = 0
         self._next_checkpoint_id = 0
+        # Depth of the coordinator's adoptions of its own transfer reservations (its
+        # adopt_transfer_units): only inside one may adopt_units name a transfer owner.
+        self._transfer_adopts = 0
         self.evictions = 0
         self.generation = 0
         self._change_log_size = change_log_size
@@ -913,7 +916,8 @@ class PageUnitCheckpointStore(_Stepper):
         Raises:
             InvalidArgumentError: wrong unit count or argument types.
             StoreOwnedUnitsError: ``owner`` is a checkpoint's own tag (its units are not
-                adoptable).
+                adoptable), or a transfer reservation and the caller is not the
+                coordinator's ``adopt_transfer_units``.
             WrongOwnerError, PartialReleaseError, DuplicateUnitError: the units are not
                 exactly ``owner``'s whole reservation.
         """
@@ -925,6 +929,8 @@ class PageUnitCheckpointStore(_Stepper):
             )
         if _is_checkpoint_owner(owner):
             raise StoreOwnedUnitsError.for_owner(owner)
+        if _is_dirtying(owner) and not self._transfer_adopts:
+            raise StoreOwnedUnitsError.for_transfer_adoption(owner)
         if self.contains_or_pending(prefix_hash):
             with self.pool._as_store():
                 self.pool.release_units(unit_ids, owner)
@@ -1537,7 +1543,12 @@ class PagedStateCheckpointCoordinator(_Stepper):
         units = self._transfer_units.get(owner)
         if units is None:
             return False
-        adopted = self.store.adopt_units(units, (TRANSFER_OWNER, owner), prefix_hash)
+        store = self.store
+        store._transfer_adopts += 1  # the one caller that may adopt a transfer reservation
+        try:
+            adopted = store.adopt_units(units, (TRANSFER_OWNER, owner), prefix_hash)
+        finally:
+            store._transfer_adopts -= 1
         self._step(
             T.TRANSFER,
             T.RESERVED,

@@ -102,6 +102,18 @@ class StoreOwnedUnitsError(WrongOwnerError):
             " release_transfer_units"
         )
 
+    @classmethod
+    def for_transfer_adoption(cls, owner: Hashable) -> StoreOwnedUnitsError:
+        """The error both stores raise when ``adopt_units`` names a transfer reservation
+        ``("state-transfer", owner)`` and the coordinator is not the caller: adopting it
+        behind the coordinator's back would leave the coordinator's reservation naming
+        units a checkpoint now owns."""
+        return cls(
+            f"units of {owner!r} are the coordinator's transfer reservation: publish them"
+            " with coordinator.adopt_transfer_units (or give them up with"
+            " release_transfer_units), not with the store's adopt_units"
+        )
+
 
 class PartialReleaseError(PagedStateError, AssertionError):
     """A release names only part of a reservation (SPEC G9). Release the whole

@@ -133,6 +133,16 @@ def units(w, h):
     return w.s.records[w.cid[h]].unit_ids
 
 
+def as_coordinator(w, *args):
+    """``w.s.adopt_units(*args)`` as the coordinator's ``adopt_transfer_units`` makes it (the
+    only caller allowed to adopt a transfer reservation): the pool's checks behind it."""
+    w.s._transfer_adopts += 1
+    try:
+        return w.s.adopt_units(*args)
+    finally:
+        w.s._transfer_adopts -= 1
+
+
 def forged(lease, **changes):
     return attrs.evolve(lease, **changes)
 
@@ -274,25 +284,33 @@ CASES = [
     ("ensure_free_str", lambda w: w.s.ensure_free_units("3"), InvalidArgumentError),
     ("changed_since_str", lambda w: w.s.changed_since("0"), InvalidArgumentError),
     ("adopt_wrong_count",
-     lambda w: w.s.adopt_units(w.xfer_units[:2], (TRANSFER_OWNER, XFER), 123),
+     lambda w: as_coordinator(w, w.xfer_units[:2], (TRANSFER_OWNER, XFER), 123),
      InvalidArgumentError),
     ("adopt_bad_hash",
-     lambda w: w.s.adopt_units(w.xfer_units, (TRANSFER_OWNER, XFER), "123"),
+     lambda w: as_coordinator(w, w.xfer_units, (TRANSFER_OWNER, XFER), "123"),
      InvalidArgumentError),
     ("adopt_wrong_owner",
-     lambda w: w.s.adopt_units(w.xfer_units, (TRANSFER_OWNER, ("req-1", 1)), 123),
+     lambda w: as_coordinator(w, w.xfer_units, (TRANSFER_OWNER, ("req-1", 1)), 123),
      WrongOwnerError),
     ("adopt_wrong_order",
-     lambda w: w.s.adopt_units(tuple(reversed(w.xfer_units)), (TRANSFER_OWNER, XFER), 123),
+     lambda w: as_coordinator(w, tuple(reversed(w.xfer_units)), (TRANSFER_OWNER, XFER), 123),
      WrongOwnerError),
     ("adopt_duplicate_ids",
-     lambda w: w.s.adopt_units((w.xfer_units[0],) * 3, (TRANSFER_OWNER, XFER), 123),
+     lambda w: as_coordinator(w, (w.xfer_units[0],) * 3, (TRANSFER_OWNER, XFER), 123),
      DuplicateUnitError),
     ("adopt_dedup_wrong_owner",  # 101 is READY: the release path validates too
-     lambda w: w.s.adopt_units(w.xfer_units, (TRANSFER_OWNER, ("req-1", 1)), 101),
+     lambda w: as_coordinator(w, w.xfer_units, (TRANSFER_OWNER, ("req-1", 1)), 101),
      WrongOwnerError),
     ("adopt_record_units",
-     lambda w: w.s.adopt_units(units(w, 303), (TRANSFER_OWNER, XFER), 123), WrongOwnerError),
+     lambda w: as_coordinator(w, units(w, 303), (TRANSFER_OWNER, XFER), 123), WrongOwnerError),
+    # The coordinator's reservation, adopted behind its back: a checkpoint would own units
+    # the coordinator still names (and would release or adopt again).
+    ("adopt_the_coordinators_reservation",
+     lambda w: w.s.adopt_units(w.xfer_units, (TRANSFER_OWNER, XFER), 123),
+     StoreOwnedUnitsError),
+    ("adopt_dedup_the_coordinators_reservation",  # 101 is READY: would release them
+     lambda w: w.s.adopt_units(w.xfer_units, (TRANSFER_OWNER, XFER), 101),
+     StoreOwnedUnitsError),
     ("adopt_a_records_own_units",  # would retag 303's units to a new record
      lambda w: w.s.adopt_units(units(w, 303), (CHECKPOINT_OWNER, w.cid[303]), 123),
      StoreOwnedUnitsError),

@@ -23,6 +23,7 @@ from pagedstate.spec import (
     PartialReleaseError,
     SlotBusyError,
     StateStoreOperationId,
+    StoreOwnedUnitsError,
     WrongOwnerError,
 )
 from pagedstate.spec import tables as T
@@ -177,10 +178,20 @@ def test_g8_a_call_that_raises_changes_nothing_adopt_consumes_no_identity():
     assert_unchanged(
         c, lambda: store.adopt_units(units, ("someone-else", 0), 101), WrongOwnerError
     )
+    # Beyond G8: only the coordinator may adopt its own transfer reservation.
     assert_unchanged(
-        c, lambda: store.adopt_units(tuple(reversed(units)), (TRANSFER_OWNER, owner), 101),
-        WrongOwnerError,
+        c, lambda: store.adopt_units(units, (TRANSFER_OWNER, owner), 101), StoreOwnedUnitsError
     )
+
+    def as_coordinator() -> None:
+        store._transfer_adopts += 1  # what adopt_transfer_units does around its call
+        try:
+            store.adopt_units(tuple(reversed(units)), (TRANSFER_OWNER, owner), 101)
+        finally:
+            store._transfer_adopts -= 1
+
+    info = assert_unchanged(c, as_coordinator, WrongOwnerError)
+    assert not isinstance(info.value, StoreOwnedUnitsError)  # the rekey's own check
     assert store._next_checkpoint_id == next_id
     assert c.adopt_transfer_units(owner, 101) is True
     assert c.store.lookup(101) == next_id

@@ -43,6 +43,7 @@ from pagedstate.spec import check_invariants  # noqa: E402
 from pagedstate.spec.errors import (  # noqa: E402
     InvalidArgumentError,
     LeaseReusedError,
+    StoreOwnedUnitsError,
 )
 from pagedstate.spec.types import TRANSFER_OWNER  # noqa: E402
 
@@ -586,23 +587,20 @@ def test_an_adoption_that_raises_releases_the_units_and_resumes(monkeypatch: Any
     assert r.coord.snapshot().transfers == {} and r.coord.restore_queued_for(0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: the store's adopt_units accepts a transfer tag from a direct caller,"
-    " leaving the coordinator's reservation naming units a checkpoint now owns",
-)
 def test_the_store_does_not_adopt_a_coordinator_reservation_behind_its_back() -> None:
+    """Only the coordinator's adopt_transfer_units may adopt its reservation: the store's
+    adopt_units, called directly with the transfer tag, refuses and changes nothing (else a
+    checkpoint would own units the coordinator still names). The transfer then completes."""
     s, r = pair(small())
     out = s.lease(0)
     inc = r.accept(out.header, 0)
     assert isinstance(inc, Incoming)
     s.finish(out)
     before = r.coord.snapshot()
-    try:
+    with pytest.raises(StoreOwnedUnitsError, match="adopt_transfer_units"):
         r.coord.store.adopt_units(inc.units, (TRANSFER_OWNER, inc.owner), out.header.prefix_hash)
-    except Exception:
-        assert r.coord.snapshot() == before  # refused with nothing changed: fine
-        return
+    assert r.coord.snapshot() == before
+    assert r.coord.adopt_transfer_units(inc.owner, out.header.prefix_hash) is True
     assert check_invariants(r.coord.snapshot()) == []
 
 
@@ -758,8 +756,6 @@ def test_the_loops_adopt_only_landed_bytes_and_post_receives_after_go(
     and every payload receive comes right after the round's GO message (on NCCL a receive
     posted before it cannot be withdrawn if the sender is lost). A receiver that adopts
     before it lands ends with the same bytes, so the end-of-run check cannot see it."""
-    import queue
-    import threading
 
     cfg = small(images=4, window=2, payload=payload)
     s = Sender(cfg)
