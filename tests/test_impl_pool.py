@@ -366,6 +366,50 @@ def test_undo_is_not_claimed_when_the_callback_released_the_new_reservation() ->
     assert pool.num_free == 2 and pool.owner_of(0) is None
 
 
+def test_undo_is_not_claimed_when_the_callback_retagged_the_new_reservation() -> None:
+    """The callback moved the reservation being made to another owner (same pieces) before
+    raising: the units are no longer the reservation's, so nothing is undone and the new
+    owner keeps them."""
+    pool = I.UnitPool(2)
+    pool.cache_units(pool.reserve_units(2, KV0), KV0, [1, 2])
+
+    def hook(h: int) -> None:
+        if h == 1:
+            pool.rekey_units([0, 1], KV1, ("moved", 0))
+            raise RuntimeError("engine failed")
+
+    pool.on_evict = hook
+    with pytest.raises(EvictionCallbackError) as info:
+        pool.reserve_units(2, KV1)
+    assert info.value.undone is False
+    assert pool.owner_of(0) == (("moved", 0), 0) and pool.owner_of(1) == (("moved", 0), 1)
+    pool.release_units([0, 1], ("moved", 0))
+    assert pool.num_free == 2
+
+
+def test_a_free_unit_keeps_no_piece() -> None:
+    """Every way a unit goes free (release, cache, the undo of a reservation) leaves its
+    piece at 0, so that pools holding the same units compare equal structure by structure
+    (the atomicity tests compare every structure)."""
+    pool = I.UnitPool(8, on_evict=lambda h: None)
+    a = pool.reserve_units(3, KV0)
+    b = pool.reserve_units(3, KV1)
+    pool.release_units(a, KV0)
+    pool.cache_units(b, KV1, [11, None, 13])
+    with pool._as_store():
+        c = pool.reserve_units(4, (CHECKPOINT_OWNER, 1))
+        pool.release_units(c, (CHECKPOINT_OWNER, 1))
+    assert pool._pieces == [0] * 8 and pool.num_free == 8
+
+    def refuse(h: int) -> None:
+        raise RuntimeError(f"engine failed on {h}")
+
+    pool.on_evict = refuse
+    with pytest.raises(EvictionCallbackError):
+        pool.reserve_units(8, ("x", 0))  # takes the cached units: undone
+    assert pool._pieces == [0] * 8 and pool.num_free == 8
+
+
 def test_rekey_moves_the_owner_counts() -> None:
     """After a rekey the old owner holds nothing (it may reserve and release anew) and the
     new owner holds the units; a new owner already holding one unit is refused."""
@@ -410,7 +454,7 @@ def test_owner_counts_keep_kinds_apart_and_equal_owners_together() -> None:
         ident: int
 
     for models in (R, I):
-        pool = models.UnitPool(12)
+        pool = models.UnitPool(24)
         mine = (CHECKPOINT_OWNER, 7)
         with pool._as_store():
             ckpt = pool.reserve_units(2, mine)
@@ -419,7 +463,16 @@ def test_owner_counts_keep_kinds_apart_and_equal_owners_together() -> None:
                 pool.reserve_units(1, Tag(CHECKPOINT_OWNER, 7))  # equal: the same owner
             with pytest.raises(InvalidArgumentError, match="already holds"):
                 pool.reserve_units(1, (CHECKPOINT_OWNER, 7.0))
-        others = [("live-kv", 7), 7, ("state-checkpoint-x", 7)]
+        others = [
+            ("live-kv", 7),
+            7,
+            ("state-checkpoint-x", 7),
+            # engine owners that only look like a checkpoint's: each is its own owner
+            (CHECKPOINT_OWNER, 7, "a"),
+            (CHECKPOINT_OWNER, 7, "b"),
+            (1, CHECKPOINT_OWNER),
+            (2, CHECKPOINT_OWNER),
+        ]
         held = [pool.reserve_units(3, o) for o in others]  # none of them holds units yet
         with pytest.raises(PartialReleaseError):
             pool.release_units(held[0][:2], others[0])  # holds 3, not the checkpoint's 2
@@ -429,4 +482,4 @@ def test_owner_counts_keep_kinds_apart_and_equal_owners_together() -> None:
             pool.release_units(list(ckpt), Tag(CHECKPOINT_OWNER, 7))  # the same owner
         for units, o in zip(held, others, strict=True):
             pool.release_units(units, o)
-        assert pool.num_free == 12
+        assert pool.num_free == 24
