@@ -336,17 +336,23 @@ _BOUNDS = {"torch": (60, 50), "triton": (20, 30)}
 
 
 def machine_settings(name: str) -> settings:
-    """The active profile (``ci``: derandomized, no database), bounded for CI time; the
-    ``fuzz`` profile runs long."""
+    """The active profile, bounded for CI time, and derandomized unless it is ``fuzz`` (which
+    runs long and random). The bounded run is small (20 examples under the Triton
+    interpreter), so a random draw of it could miss restores or scrubs: the dev profile made
+    no restore in about 6% of runs, failing the coverage check below with no code at fault.
+    Derandomized, ``dev`` and ``ci`` run the same checked sequence; ``fuzz`` explores."""
     examples, steps = _BOUNDS[name]
     base = settings.default
-    if base.max_examples > 1000:  # fuzz
+    fuzz = base.max_examples > 1000
+    if fuzz:
         examples, steps = base.max_examples // 20, 60
     return settings(
         base,
         max_examples=min(base.max_examples, examples),
         stateful_step_count=steps,
         deadline=None,
+        derandomize=base.derandomize or not fuzz,
+        database=base.database if fuzz else None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     )
 
