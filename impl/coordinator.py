@@ -698,11 +698,11 @@ class PagedStateCheckpointCoordinator:
         if units is None:
             return False
         store = self.store
-        store._transfer_adopts += 1  # the one caller that may adopt a transfer reservation
+        store._transfer_grant = True  # the one caller that may adopt a transfer reservation
         try:
             adopted = store.adopt_units(units, (TRANSFER_OWNER, owner), prefix_hash)
         finally:
-            store._transfer_adopts -= 1
+            store._transfer_grant = False  # unspent if adopt_units refused before its check
         row = T.TRANSFER.step(T.RESERVED, "adopt", "fresh" if adopted else "duplicate")
         del self._transfer_units[owner]
         self._took(T.TRANSFER, row, owner)

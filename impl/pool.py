@@ -62,6 +62,10 @@ owner)`` belong to the store and coordinator. ``reserve_units``, ``release_units
 ``rekey_units``, ``cache_units`` and ``claim_cached_units`` naming such an owner raise
 :class:`~pagedstate.spec.errors.StoreOwnedUnitsError` unless the store itself is calling
 (it calls inside ``with pool._as_store():``); an engine cannot free or retag a live image.
+A store owner is known by its shape, a 2-tuple (a ``NamedTuple`` too) of a store kind: an
+object that only compares equal to one is an engine owner of its own, which neither names
+the store owner's units nor shares its count (two owners are the same when of the same
+kind and equal, a checkpoint's by its id; the reference model's ``_same_owner``).
 
 Dirty units (SPEC G10): a unit released from a checkpoint or a transfer reservation still
 holds raw state bytes; it is *dirty* until the executor scrubs it and calls
@@ -198,8 +202,11 @@ class UnitPool:
         # ``cid`` (see ``_count_of``): the store holds one such owner per record, and
         # consecutive ids fill neighbouring slots of a dict where tuple keys scatter over
         # all of it (with 10^6 records, a cache miss per count on every store and release).
+        # A transfer reservation's owner is counted apart too, so that an engine owner equal
+        # to a store owner's tag (without being a 2-tuple) is never counted as that owner.
         self._held: dict[Hashable, int] = {}
         self._held_ckpt: dict[Hashable, int] = {}
+        self._held_xfer: dict[Hashable, int] = {}
         self._dirty: set[int] = set()
         # Eviction callbacks held by deferred_evictions() blocks (nesting depth, hashes), and
         # what undoes each reservation that fired them (see _unreserve).
@@ -221,6 +228,7 @@ class UnitPool:
         c._pieces = list(self._pieces)
         c._held = dict(self._held)
         c._held_ckpt = dict(self._held_ckpt)
+        c._held_xfer = dict(self._held_xfer)
         c._dirty = set(self._dirty)
         c._deferred = list(self._deferred)
         c._undo = list(self._undo)
@@ -311,11 +319,30 @@ class UnitPool:
 
     def _count_of(self, owner: Hashable) -> tuple[dict[Hashable, int], Hashable]:
         """Where ``owner``'s unit count is kept: ``(counts, key)`` (see ``_held_ckpt``).
-        Equal owners get equal keys: a checkpoint owner is any 2-tuple (subclasses too) whose
-        kind equals ``"state-checkpoint"``, keyed by its second item."""
-        if isinstance(owner, tuple) and len(owner) == 2 and owner[0] == CHECKPOINT_OWNER:
-            return self._held_ckpt, owner[1]
+
+        This is what makes two owners the same one (the reference model's ``_same_owner``):
+        the same kind and the same key. A checkpoint owner is any 2-tuple (subclasses too)
+        whose kind equals ``"state-checkpoint"``, keyed by its second item; a transfer owner
+        any 2-tuple whose kind equals ``"state-transfer"``, keyed by itself; any other owner
+        is an engine owner, keyed by itself. So an engine owner that merely compares equal to
+        a store owner's tag is another owner, and never names the store's units."""
+        if isinstance(owner, tuple) and len(owner) == 2:
+            kind = owner[0]
+            if kind == CHECKPOINT_OWNER:
+                return self._held_ckpt, owner[1]
+            if kind == TRANSFER_OWNER:
+                return self._held_xfer, owner
         return self._held, owner
+
+    def _counted_as(
+        self, held_by: Hashable | None, counts: dict[Hashable, int], key: Hashable
+    ) -> bool:
+        """Whether the owner a unit is tagged with, ``held_by`` (None: free), is the owner
+        whose count ``_count_of`` keeps at ``(counts, key)``."""
+        if held_by is None:
+            return False
+        their_counts, their_key = self._count_of(held_by)
+        return their_counts is counts and (their_key is key or their_key == key)
 
     def _held_by(self, owner: Hashable) -> int:
         counts, key = self._count_of(owner)
@@ -354,14 +381,19 @@ class UnitPool:
         if owner is None:
             raise InvalidArgumentError("owner must not be None")
         self._need_owner("owner", owner)
+        counts, key = self._count_of(owner)
         owners, pieces = self._owners, self._pieces
         n = self.num_units
         for piece, u in enumerate(ids):
             held_by = owners[u] if u < n else None
-            tag = None if held_by is None else (held_by, pieces[u])
-            if tag != (owner, piece):
+            if (
+                held_by is None
+                or (held_by is not owner and not self._counted_as(held_by, counts, key))
+                or pieces[u] != piece
+            ):
+                tag = None if held_by is None else (held_by, pieces[u])
                 raise WrongOwnerError.for_unit(u, tag, owner, piece)
-        held = self._held_by(owner)
+        held = counts.get(key, 0)
         if held != len(ids):
             raise PartialReleaseError(
                 f"owner {owner!r} holds {held} units but the call names {len(ids)}; name the"
@@ -433,6 +465,7 @@ class UnitPool:
         # Plain loops: on CPython they beat map/deque passes over slot wrappers such as
         # ``owners.__setitem__`` at every reservation size. Equivalent mutants: with exactly
         # ``count`` vacant units the other branch takes the same units.
+        drained: list[int] = []
         if len(vacant) >= count:  # pragma: no mutate
             units = []
             for piece in range(count):
@@ -441,7 +474,11 @@ class UnitPool:
                 pieces[u] = piece
                 units.append(u)
         else:
-            units = [pop(vacant) for _ in range(len(vacant))]
+            # every vacant unit goes, lowest first (the order pops give); the heap's array
+            # is kept as it was, for an undo to put back (see _unreserve)
+            drained = vacant[:]
+            units = sorted(drained)
+            vacant.clear()
             for _ in range(count - len(units)):
                 u, h = cached.popitem(last=False)  # pragma: no mutate (last=None is False)
                 evicted.append(h)
@@ -452,7 +489,7 @@ class UnitPool:
         held, key = self._count_of(owner)  # _add_held(owner, count), inline (count > 0)
         held[key] = held.get(key, 0) + count
         if evicted and self.on_evict is not None:
-            undo = (units, owner, evicted)
+            undo = (units, owner, evicted, drained)
             if self._defer:
                 self._deferred.extend(evicted)
                 self._undo.append(undo)
@@ -498,7 +535,7 @@ class UnitPool:
         hashes at the cold end of the LRU, in order). Only while every unit is still
         tagged as reserved (a callback may have released or retagged them): returns whether
         it undid anything. O(count log n)."""
-        units, owner, evicted = undo
+        units, owner, evicted, drained = undo
         owners, pieces = self._owners, self._pieces
         if any(
             (owners[u] is not owner and owners[u] != owner) or pieces[u] != piece
@@ -510,8 +547,12 @@ class UnitPool:
             pieces[u] = 0
         self._add_held(owner, -len(units))
         n_vacant = len(units) - len(evicted)
-        for u in units[:n_vacant]:
-            heapq.heappush(self._vacant, u)
+        vacant = self._vacant
+        if vacant:  # a callback released units since: the same units, pushed back
+            for u in units[:n_vacant]:
+                heapq.heappush(vacant, u)
+        else:  # the heap as it was, array and all (G8 compares every structure)
+            vacant[:] = drained
         cached = self._cached
         # equivalent mutants: equal lengths (the last len(evicted) units are the cached ones)
         taken = units[n_vacant:]
@@ -573,24 +614,37 @@ class UnitPool:
             return False
         if (
             not self._store_calls
-            and type(owner) is tuple
+            and isinstance(owner, tuple)
             and len(owner) == 2
             and owner[0] in _STORE_KINDS
         ):
             return False  # refused by the slow path (StoreOwnedUnitsError)
         try:
-            if self._held_by(owner) != n:  # pragma: no mutate
+            counts, key = self._count_of(owner)
+            if counts.get(key, 0) != n:  # pragma: no mutate
                 return False
         except Exception:  # unhashable, or a __hash__ that raises: the slow path names it
             return False
         owners, pieces = self._owners, self._pieces
         size = self.num_units
         piece = 0  # pragma: no mutate
+        # The tag's owner is the named one: the same object, or (checked once per object: a
+        # reservation's units share one) an owner counted under the same kind and key. Two
+        # owners of one type are that exactly when they are equal (an engine's owner rebuilt
+        # for the call: one comparison, as before); otherwise their counts say.
+        same = owner
         for u in unit_ids:
             if type(u) is not int or not 0 <= u < size:  # pragma: no mutate
                 return False
             held_by = owners[u]
-            if (held_by is not owner and held_by != owner) or pieces[u] != piece:
+            if held_by is not same:
+                if type(held_by) is type(owner):
+                    if held_by != owner:
+                        return False
+                elif not self._counted_as(held_by, counts, key):  # None: free
+                    return False
+                same = held_by
+            if pieces[u] != piece:
                 return False
             piece += 1  # pragma: no mutate
         return True  # pragma: no mutate
@@ -697,10 +751,11 @@ class UnitPool:
             heapq.heappush(self._vacant, u)
 
 
-#: What undoes one reservation: its units (piece order), owner and the hashes of the cached
-#: units it took (its last ``len(hashes)`` units, in order). Its vacant units go back onto
-#: the heap: the same free units, so the same units handed out next.
-_UndoRecord = tuple[list[int], Hashable, list[int]]
+#: What undoes one reservation: its units (piece order), owner, the hashes of the cached
+#: units it took (its last ``len(hashes)`` units, in order) and the vacant heap's array it
+#: drained (a reservation that takes a cached unit takes every vacant one first). Its vacant
+#: units go back as that array, or onto the heap if units went vacant since.
+_UndoRecord = tuple[list[int], Hashable, list[int], list[int]]
 
 
 def _callback_error(failed: tuple[int, Exception], undone: bool) -> EvictionCallbackError:

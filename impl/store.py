@@ -270,9 +270,11 @@ class PageUnitCheckpointStore:
         self._suspended_slots: dict[int, int] = {}
         self._next_lease_id = 0
         self._next_checkpoint_id = 0
-        # Depth of the coordinator's adoptions of its own transfer reservations (its
-        # adopt_transfer_units): only inside one may adopt_units name a transfer owner.
-        self._transfer_adopts = 0
+        # Set by the coordinator's adopt_transfer_units for its adopt_units call, and spent
+        # by that call: only then may adopt_units name a transfer owner. (Not a depth held
+        # for the call's duration: code the adoption runs, an owner's or an int subclass's
+        # __hash__, could then adopt another reservation behind the coordinator's back.)
+        self._transfer_grant = False
         self.evictions = 0
         self.generation = 0
         self._change_log_size = change_log_size
@@ -995,8 +997,10 @@ class PageUnitCheckpointStore:
             )
         if is_checkpoint_owner(owner):
             raise StoreOwnedUnitsError.for_owner(owner)
-        if is_dirtying(owner) and not self._transfer_adopts:
-            raise StoreOwnedUnitsError.for_transfer_adoption(owner)
+        if is_dirtying(owner):
+            if not self._transfer_grant:
+                raise StoreOwnedUnitsError.for_transfer_adoption(owner)
+            self._transfer_grant = False  # spent: it serves this call alone
         if self.contains_or_pending(prefix_hash):
             with _as_store(self.pool):
                 self.pool.release_units(unit_ids, owner)

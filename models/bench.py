@@ -190,12 +190,15 @@ def _replay(
             best = np.minimum.reduce([np.frombuffer(r.samples, dtype=np.int64) for r in results])
             sums = np.bincount(ids[0], weights=best, minlength=len(first.methods))
             first.timings = {
-                m: [int(sums[k]), first.timings[m][1]] for k, m in enumerate(first.methods)
+                m: [int(sums[k]), first.timings[m][1]]
+                for k, m in enumerate(first.methods)
+                if m in first.timings  # not a name relabel_last moved every call away from
             }
             first.extra["paired"] = 1.0
         else:  # not the same calls: fall back to the fastest replay per method
             first.timings = {
-                m: min((r.timings[m] for r in results), key=lambda t: t[0]) for m in first.timings
+                m: min((r.timings[m] for r in results if m in r.timings), key=lambda t: t[0])
+                for m in first.timings
             }
         first.extra["cpu_share_min"] = min(r.cpu_s / r.wall_s for r in results if r.wall_s)
     first.samples = first.samples[:0]

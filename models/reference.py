@@ -131,6 +131,26 @@ def _is_dirtying(owner: Hashable) -> bool:
     )
 
 
+def _owner_kind(owner: Hashable) -> str | None:
+    """The store kind of an owner shaped as a store owner's tag, else None (an engine's)."""
+    if isinstance(owner, tuple) and len(owner) == 2:
+        if owner[0] == CHECKPOINT_OWNER:
+            return CHECKPOINT_OWNER
+        if owner[0] == TRANSFER_OWNER:
+            return TRANSFER_OWNER
+    return None
+
+
+def _same_owner(held_by: Hashable, owner: Hashable) -> bool:
+    """Whether a unit tagged by ``held_by`` is ``owner``'s (SPEC A.3, G9): the same object,
+    or equal and of the same kind (equal store owners' tags are equal item by item: a
+    checkpoint's by its id). An engine owner that only compares equal to a store owner's tag
+    is another owner."""
+    if held_by is not owner and not held_by == owner:
+        return False
+    return _owner_kind(held_by) == _owner_kind(owner)
+
+
 class _Stepper:
     """Looks rows up and records which ones were taken."""
 
@@ -179,7 +199,9 @@ class UnitPool:
     :meth:`mark_clean` (G10). Owners are hashable; the store owners ``("state-checkpoint",
     cid)`` and ``("state-transfer", owner)`` are accepted only from the store itself, which
     calls inside ``with pool._as_store():`` (SPEC A.3); anyone else naming one gets
-    :class:`StoreOwnedUnitsError`.
+    :class:`StoreOwnedUnitsError`. A unit is ``owner``'s when its tag's owner is the same
+    owner (``_same_owner``): the same kind (an object only equal to a store owner's tag is
+    an engine owner) and the same object or equal (a checkpoint's tag: the same id).
     """
 
     def __init__(self, num_units: int) -> None:
@@ -207,6 +229,15 @@ class UnitPool:
         need_hashable(name, owner)
         if not self._store_calls and _is_dirtying(owner):
             raise StoreOwnedUnitsError.for_owner(owner)
+
+    def _held(self, owner: Hashable) -> int:
+        """How many units are ``owner``'s (``_same_owner``, with the kind read once)."""
+        kind = _owner_kind(owner)
+        return sum(
+            1
+            for held_by, _piece in self._tags.values()
+            if (held_by is owner or held_by == owner) and _owner_kind(held_by) == kind
+        )
 
     def _need_unit(self, unit: int) -> None:
         _need_int("unit id", unit, 0)
@@ -274,7 +305,7 @@ class UnitPool:
         if owner is None:
             raise InvalidArgumentError("a reservation needs an owner, got None")
         self._need_owner("owner", owner)
-        if any(tag[0] == owner for tag in self._tags.values()):
+        if self._held(owner):
             raise InvalidArgumentError(
                 f"owner {owner!r} already holds units: one reservation per owner (G9)"
             )
@@ -299,9 +330,9 @@ class UnitPool:
         self._need_owner("owner", owner)
         for piece, u in enumerate(ids):
             tag = self._tags.get(u)
-            if tag != (owner, piece):
+            if tag is None or not _same_owner(tag[0], owner) or tag[1] != piece:
                 raise WrongOwnerError.for_unit(u, tag, owner, piece)
-        held = sum(1 for tag in self._tags.values() if tag[0] == owner)
+        held = self._held(owner)
         if held != len(ids):
             raise PartialReleaseError(
                 f"owner {owner!r} holds {held} units but the call names {len(ids)}; name the"
@@ -334,7 +365,7 @@ class UnitPool:
             raise InvalidArgumentError("new_owner must not be None")
         ids = self._validate_whole(unit_ids, old_owner)
         self._need_owner("new_owner", new_owner)
-        if any(tag[0] == new_owner for tag in self._tags.values()):
+        if self._held(new_owner):
             raise InvalidArgumentError(f"owner {new_owner!r} already holds units")
         for piece, u in enumerate(ids):
             self._tags[u] = (new_owner, piece)
@@ -467,9 +498,11 @@ class PageUnitCheckpointStore(_Stepper):
         self._suspended: dict[int, tuple[int, CheckpointRestoreOp]] = {}
         self._next_lease_id = 0
         self._next_checkpoint_id = 0
-        # Depth of the coordinator's adoptions of its own transfer reservations (its
-        # adopt_transfer_units): only inside one may adopt_units name a transfer owner.
-        self._transfer_adopts = 0
+        # Set by the coordinator's adopt_transfer_units for its adopt_units call, and spent
+        # by that call: only then may adopt_units name a transfer owner. (Not a depth held
+        # for the call's duration: code the adoption runs, an owner's or an int subclass's
+        # __hash__, could then adopt another reservation behind the coordinator's back.)
+        self._transfer_grant = False
         self.evictions = 0
         self.generation = 0
         self._change_log_size = change_log_size
@@ -929,8 +962,10 @@ class PageUnitCheckpointStore(_Stepper):
             )
         if _is_checkpoint_owner(owner):
             raise StoreOwnedUnitsError.for_owner(owner)
-        if _is_dirtying(owner) and not self._transfer_adopts:
-            raise StoreOwnedUnitsError.for_transfer_adoption(owner)
+        if _is_dirtying(owner):
+            if not self._transfer_grant:
+                raise StoreOwnedUnitsError.for_transfer_adoption(owner)
+            self._transfer_grant = False  # spent: it serves this call alone
         if self.contains_or_pending(prefix_hash):
             with self.pool._as_store():
                 self.pool.release_units(unit_ids, owner)
@@ -1544,11 +1579,11 @@ class PagedStateCheckpointCoordinator(_Stepper):
         if units is None:
             return False
         store = self.store
-        store._transfer_adopts += 1  # the one caller that may adopt a transfer reservation
+        store._transfer_grant = True  # the one caller that may adopt a transfer reservation
         try:
             adopted = store.adopt_units(units, (TRANSFER_OWNER, owner), prefix_hash)
         finally:
-            store._transfer_adopts -= 1
+            store._transfer_grant = False  # unspent if adopt_units refused before its check
         self._step(
             T.TRANSFER,
             T.RESERVED,

@@ -204,9 +204,17 @@ def unit_conservation(s: Snapshot) -> list[str]:
 
 
 def _tagged_by(s: Snapshot) -> dict[Hashable, list[tuple[int, int]]]:
+    """``(piece, unit)`` of every unit a store owner holds, by owner. A store owner is known
+    by its shape, a 2-tuple of a store kind (SPEC A.3): an engine owner that only compares
+    equal to one is another owner, and its units are left out."""
     by_owner: dict[Hashable, list[tuple[int, int]]] = {}
     for unit, (owner, piece) in s.tags.items():
-        by_owner.setdefault(owner, []).append((piece, unit))
+        if (
+            isinstance(owner, tuple)
+            and len(owner) == 2
+            and owner[0] in (CHECKPOINT_OWNER, TRANSFER_OWNER)
+        ):
+            by_owner.setdefault(owner, []).append((piece, unit))
     return by_owner
 
 

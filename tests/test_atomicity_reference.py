@@ -136,11 +136,11 @@ def units(w, h):
 def as_coordinator(w, *args):
     """``w.s.adopt_units(*args)`` as the coordinator's ``adopt_transfer_units`` makes it (the
     only caller allowed to adopt a transfer reservation): the pool's checks behind it."""
-    w.s._transfer_adopts += 1
+    w.s._transfer_grant = True
     try:
         return w.s.adopt_units(*args)
     finally:
-        w.s._transfer_adopts -= 1
+        w.s._transfer_grant = False
 
 
 def forged(lease, **changes):

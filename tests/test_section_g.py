@@ -184,11 +184,11 @@ def test_g8_a_call_that_raises_changes_nothing_adopt_consumes_no_identity():
     )
 
     def as_coordinator() -> None:
-        store._transfer_adopts += 1  # what adopt_transfer_units does around its call
+        store._transfer_grant = True  # what adopt_transfer_units does around its call
         try:
             store.adopt_units(tuple(reversed(units)), (TRANSFER_OWNER, owner), 101)
         finally:
-            store._transfer_adopts -= 1
+            store._transfer_grant = False
 
     info = assert_unchanged(c, as_coordinator, WrongOwnerError)
     assert not isinstance(info.value, StoreOwnedUnitsError)  # the rekey's own check
