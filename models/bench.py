@@ -71,6 +71,9 @@ _MARK_END = "<!-- bench-trace:end -->"
 TARGET_US_AT_256 = 3.0
 TARGET_CONCURRENCY_RATIO = 1.1
 TARGET_RECORDS_RATIO = 1.2
+#: The levels issue 3's ratio targets compare (lower, higher); other levels are not judged.
+TARGET_CONCURRENCY_LEVELS = (64, 1024)
+TARGET_RECORDS_LEVELS = (1_000, 1_000_000)
 #: Not a store operation: the engine model reads it for its own KV-cache bookkeeping.
 _NOT_STORE_OPS = frozenset({"pool.num_free"})
 
@@ -481,8 +484,9 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         f" `resumable_hit` and `begin_restore`, chunked prefill of {o.chunk_blocks} blocks"
         f" filing a checkpoint at every chunk end, KV units reserved per running request,"
         f" one drain and the completions per pass, `unindex` when the KV prefix cache model"
-        " drops a hash, timed as `unindex: dropped` when the call dropped a checkpoint,"
-        " pending boundary or queued scratch store and as `unindex: nothing` otherwise);"
+        " drops a hash, timed in two rows: `unindex (orphaned)` when the call dropped a"
+        " checkpoint, pending boundary or queued scratch store (the engine counters' orphaned"
+        " column) and `unindex (found nothing)` otherwise);"
         f" {o.units_per_slot} pool units per slot, {o.units_per_checkpoint}"
         " units per image, `1024 // concurrency` decode tokens per request per pass; the"
         " replay stops when nothing is left waiting.",
@@ -523,7 +527,10 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         "### Per method (µs per call; calls from the production run)",
         "",
         f"prod: the fastest of {o.repeat} replays per call; ref: "
-        + ("one replay." if o.ref_repeat == 1 else f"the fastest of {o.ref_repeat}."),
+        + ("one replay." if o.ref_repeat == 1 else f"the fastest of {o.ref_repeat}.")
+        + " `coordinator.unindex` has two rows, by outcome: `unindex (orphaned)`, a call that"
+        " dropped something (a checkpoint, pending boundaries, queued scratch stores), and"
+        " `unindex (found nothing)`, the many calls for evicted prefixes that had none.",
         "",
     ]
     methods = sorted({m for p, r in conc.values() for m in (*p.timings, *r.timings)})
@@ -548,11 +555,10 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
     lines += [
         "",
         "The workload is not the same at every concurrency: the pool grows with the slots, so"
-        " the KV prefix cache holds more, more requests resume, fewer `unindex` calls find"
-        " nothing and more find a checkpoint to drop, and a drain or a completion handles as"
-        " many ops as the pass"
-        " filed. A method's mean can therefore move with concurrency for what its calls do,"
-        " not only for how the store scales; the live-records runs below repeat one"
+        " the KV prefix cache holds more, more requests resume, the share of `unindex` calls"
+        " that orphan something changes, and a drain or a completion handles as many ops as"
+        " the pass filed. A method's mean can therefore move with concurrency for what its"
+        " calls do, not only for how the store scales; the live-records runs below repeat one"
         " identical call sequence and isolate the latter.",
         "",
         "### Per unit of work (production)",
@@ -560,8 +566,8 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         "A call's work is one unit plus: for `pool.reserve_units` / `pool.release_units`,"
         " the units beyond the first; for `take_checkpoint_ops`, the ops it returns and the"
         " records it evicts; for `complete_previous_batch`, the ops of the batch it"
-        " completes; for `ensure_free_units`, the records it evicts; for `unindex: dropped`,"
-        " one more (the orphan it counts). The engine credits it after the call, outside the"
+        " completes; for `ensure_free_units`, the records it evicts; for `unindex (orphaned)`,"
+        " one more (what it dropped). The engine credits it after the call, outside the"
         " timed region. µs per unit of work, and units of work per call:",
         "",
     ]
@@ -619,12 +625,18 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         sf = locality[hc]["store filing"] / locality[lc]["store filing"]
         ss = locality[hc]["store shuffled"] / locality[lc]["store shuffled"]
         ds = locality[hc]["dict shuffled"] / locality[lc]["dict shuffled"]
-        if sf < ss and ss <= 1.15 * ds:
+        if sf < ss and abs(ss - ds) <= 0.15 * ds:
             verdict = (
                 "The store grows less in filing order than shuffled, and shuffled about as"
                 " much as the plain dict (within 15%): in this run the growth follows the"
                 " memory hierarchy (objects spread over more cache lines and pages), not"
                 " per-call work that scales with the number of records."
+            )
+        elif sf < ss and ss < ds:
+            verdict = (
+                "In this run the store grows less in filing order than shuffled, and shuffled"
+                " less than the plain dict: no sign of per-call work that scales with the"
+                " number of records."
             )
         else:
             verdict = (
@@ -642,8 +654,9 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
             "",
             "The runs above stop when nothing is left waiting, so they serve different"
             " requests at each concurrency, and their call mix differs (a smaller pool drops"
-            " more KV prefixes, most of which have no checkpoint: many cheap `unindex: nothing`"
-            " calls). Here every request runs to completion at the lowest and the highest"
+            " more KV prefixes, most of which have no checkpoint: many cheap"
+            " `unindex (found nothing)` calls). Here every request runs to completion at the"
+            " lowest and the highest"
             " concurrency, so both runs serve the same requests; store time is the sum of"
             " the timed store calls (fastest of"
             f" {o.repeat} replays, call by call). Context for the concurrency target, not a"
@@ -734,7 +747,16 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
 
     # -- targets --------------------------------------------------------------------------
     judged = stand_in is None
-    lines += ["### Targets (issue 3)", ""]
+    lines += [
+        "### Targets (issue 3)",
+        "",
+        "Issue 3 (the production store) sets three targets on this benchmark: at most"
+        f" {TARGET_US_AT_256:g} µs per store call at 256 running requests; the per-call cost at"
+        f" 1,024 running requests at most {TARGET_CONCURRENCY_RATIO:g}x the cost at 64; the"
+        f" per-call cost with 10^6 live records at most {TARGET_RECORDS_RATIO:g}x the cost with"
+        " 10^3. Every other figure in this section is context.",
+        "",
+    ]
     ps = {c: p for c, (p, _) in conc.items()}
     if 256 in ps:
         v = _us(ps[256])
@@ -749,15 +771,22 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         raw = _us(ps[hi]) / _us(ps[lo]) if _us(ps[lo]) else 0.0
         mixed = _fixed_mix_us(ps[hi], ps[lo]) / _us(ps[lo]) if _us(ps[lo]) else 0.0
         per_work = _fixed_work_ratio(ps[hi], ps[lo])
+        # the target compares these two levels; a run at others (--quick) is not judged
+        levels = (lo, hi) == TARGET_CONCURRENCY_LEVELS
+        verdict_c: bool | None = raw <= TARGET_CONCURRENCY_RATIO if judged and levels else None
+        why = (
+            ""
+            if levels or not judged
+            else f" (the target compares {TARGET_CONCURRENCY_LEVELS[1]:,} with"
+            f" {TARGET_CONCURRENCY_LEVELS[0]:,} running requests)"
+        )
         lines.append(
             f"- Cost per call at {hi:,} / at {lo:,} running requests: {raw:.2f}"
-            f" (target <= {TARGET_CONCURRENCY_RATIO:g}):"
-            f" **{_verdict(raw <= TARGET_CONCURRENCY_RATIO if judged else None)}**."
-            f" With the {hi:,} run's per-method costs weighted by the {lo:,} run's call"
-            f" counts (same mix of methods, `unindex` split by outcome): {mixed:.2f}"
-            f" ({_verdict(mixed <= TARGET_CONCURRENCY_RATIO if judged else None)})."
-            f" Per unit of work, over the {lo:,} run's work mix: {per_work:.2f}"
-            f" ({_verdict(per_work <= TARGET_CONCURRENCY_RATIO if judged else None)})."
+            f" (target <= {TARGET_CONCURRENCY_RATIO:g}): **{_verdict(verdict_c)}**{why}."
+            " Context, not the target (the same ratio with the call mix held fixed): with the"
+            f" {hi:,} run's per-method costs weighted by the {lo:,} run's call counts (methods,"
+            f" and `unindex` by outcome): {mixed:.2f}; per unit of work, over the {lo:,} run's"
+            f" work mix: {per_work:.2f}."
         )
     if full:
         a, b = full[lo_conc], full[hi_conc]
@@ -774,13 +803,19 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
     if len(prod_recs) >= 2:
         (n0, r0), (n1, r1) = min(prod_recs, key=lambda t: t[0]), max(prod_recs, key=lambda t: t[0])
         raw = _us(r1) / _us(r0) if _us(r0) else 0.0
-        mixed = _fixed_mix_us(r1, r0) / _us(r0) if _us(r0) else 0.0
+        levels = (n0, n1) == TARGET_RECORDS_LEVELS
+        why = (
+            ""
+            if levels
+            else f" (the target compares {TARGET_RECORDS_LEVELS[1]:,} with"
+            f" {TARGET_RECORDS_LEVELS[0]:,} live records)"
+        )
         lines.append(
             f"- Cost per call with {n1:,} / with {n0:,} live records: {raw:.2f}"
             f" (target <= {TARGET_RECORDS_RATIO:g}):"
-            f" **{_verdict(raw <= TARGET_RECORDS_RATIO)}**; same mix: {mixed:.2f}"
-            f" ({_verdict(mixed <= TARGET_RECORDS_RATIO)}); per unit of work:"
-            f" {_fixed_work_ratio(r1, r0):.2f}."
+            f" **{_verdict(raw <= TARGET_RECORDS_RATIO if levels else None)}**{why}. The two"
+            " runs make the same calls, so their call mix is the same already (per unit of"
+            f" work: {_fixed_work_ratio(r1, r0):.2f})."
         )
     elif not judged:
         lines.append(

@@ -132,8 +132,8 @@ KV_OWNER = "live-kv"
 #: evicted prefixes have no checkpoint, pending boundary or queued scratch store), and one
 #: that dropped something (counted as an orphan). Timed apart: the two cost very different
 #: amounts, and their mix moves with the pool size.
-UNINDEX_MISS = "unindex: nothing"
-UNINDEX_DROP = "unindex: dropped"
+UNINDEX_MISS = "unindex (found nothing)"
+UNINDEX_DROP = "unindex (orphaned)"
 #: Prefix hashes of records a run pre-populates: far above any trace id.
 PREPOP_HASH_BASE = 1 << 40
 _MASK63 = (1 << 63) - 1

@@ -591,11 +591,20 @@ def _geometry(model_id: str, block_tokens: int) -> Any:
     """The layout of ``model_id`` through ``pagedstate.gpu`` (taken by name: ``models``
     does not import ``gpu`` statically)."""
     gpu = importlib.import_module("pagedstate.gpu.geometry")
-    ids = gpu.geometry_ids()
-    if model_id not in ids:
-        raise ReplayError(f"unknown model id {model_id!r}; known: {', '.join(sorted(ids))}")
     try:
-        return gpu.load_geometry(model_id).layout(block_tokens)
+        # an exact id, or a unique case-insensitive part of one ("Qwen3-Next"), as
+        # load_geometry and the transfer driver take it
+        geometry = gpu.load_geometry(model_id)
+    except gpu.UnknownGeometryError:
+        ids = gpu.geometry_ids()
+        raise ReplayError(
+            f"unknown model id {model_id!r} (an exact id or a unique part of one); known:"
+            f" {', '.join(sorted(ids))}"
+        ) from None
+    except Exception as e:  # a malformed id (empty, not a str): say which and why
+        raise ReplayError(f"model {model_id!r} cannot be replayed: {e}") from None
+    try:
+        return geometry.layout(block_tokens)
     except Exception as e:  # UnsupportedGeometryError: say which and why
         raise ReplayError(f"model {model_id!r} cannot be replayed: {e}") from None
 

@@ -108,7 +108,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "--model",
         required=True,
         metavar="MODEL_ID",
-        help="a model of the shipped geometries, e.g. Qwen/Qwen3-Next-80B-A3B-Instruct",
+        help="a model of the shipped geometries, e.g. Qwen/Qwen3-Next-80B-A3B-Instruct, or a"
+        " unique part of its id (Qwen3-Next)",
     )
     p.add_argument(
         "--pool-gib",

@@ -109,9 +109,9 @@ class StoreOwnedUnitsError(WrongOwnerError):
         behind the coordinator's back would leave the coordinator's reservation naming
         units a checkpoint now owns."""
         return cls(
-            f"units of {owner!r} are the coordinator's transfer reservation: publish them"
-            " with coordinator.adopt_transfer_units (or give them up with"
-            " release_transfer_units), not with the store's adopt_units"
+            f"{owner!r} is a coordinator transfer tag: only the coordinator's"
+            " adopt_transfer_units adopts a transfer reservation (release_transfer_units gives"
+            " one up); the store's adopt_units takes units reserved under an engine owner"
         )
 
 

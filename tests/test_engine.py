@@ -242,8 +242,10 @@ def test_bench_quick_writes_its_section(tmp_path: Path, capsys: pytest.CaptureFi
     assert "Overall, by concurrency" in text and "Per method" in text
     assert "| `checkpoint` |" in text and "| `take_checkpoint_ops` |" in text
     assert "live records" in text
-    assert "Targets (issue 3)" in text
-    assert "met" in text and "standing in" not in text
+    assert "Targets (issue 3)" in text and "standing in" not in text
+    # --quick runs other levels than the targets compare: shown, not judged
+    assert "**n/a** (the target compares 1,024 with 64 running requests)" in text
+    assert "**n/a** (the target compares 1,000,000 with 1,000 live records)" in text
     assert "| yes |" in text  # the two runs made the same calls
     assert "### Locality control (production)" in text
     assert "| filing |" in text and "| shuffled |" in text
@@ -258,6 +260,18 @@ def test_bench_quick_writes_its_section(tmp_path: Path, capsys: pytest.CaptureFi
     assert "Not run (one concurrency level, or no production store)." in text
     printed = capsys.readouterr().out
     assert "<!-- bench-trace:begin -->" in printed
+
+
+def test_bench_judges_the_concurrency_target_at_its_levels(tmp_path: Path) -> None:
+    """At the levels the target compares (64 and 1,024 running requests) the ratio is
+    judged, met or not met, whatever the trace length."""
+    out = tmp_path / "benchmarks.md"
+    args = ["--quick", "--requests", "60", "--concurrency", "64,1024", "--records", "50,400"]
+    assert bench.main([*args, "--ref-records", "50", "--out", str(out)]) == 0
+    text = out.read_text(encoding="utf-8")
+    line = next(x for x in text.splitlines() if x.startswith("- Cost per call at 1,024 / at 64"))
+    assert "**met**" in line or "**not met**" in line, line
+    assert "Context, not the target" in line
 
 
 def test_locality_control_releases_every_record() -> None:

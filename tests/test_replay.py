@@ -551,3 +551,17 @@ def test_a_store_error_names_the_call(
                       "--impl", "planted_raising")  # fmt: skip
     assert rc == 1
     assert "(begin_restore): KeyError: 'planted'" in err
+
+
+def test_replay_takes_a_model_by_a_unique_part_of_its_id() -> None:
+    """As ``load_geometry`` and the transfer driver do: "Qwen3-Next" names the one shipped
+    Qwen3-Next geometry; an ambiguous part is refused with the known ids."""
+    from pagedstate.models.replay import ReplayError, _geometry
+
+    short = _geometry("Qwen3-Next", 512)
+    full = _geometry("Qwen/Qwen3-Next-80B-A3B-Instruct", 512)
+    assert short == full
+    with pytest.raises(ReplayError, match="unknown model id 'Qwen'"):
+        _geometry("Qwen", 512)  # more than one shipped model matches
+    with pytest.raises(ReplayError, match="cannot be replayed"):
+        _geometry("", 512)

@@ -220,7 +220,7 @@ def test_paired_replays_keep_a_method_every_call_of_which_was_relabelled(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Every ``unindex`` of a replay dropped something: the timer relabelled each call and
-    dropped the ``unindex: nothing`` total, but its method id stays in ``methods``. The
+    dropped the ``unindex (found nothing)`` total, but its method id stays in ``methods``. The
     paired fold read a total for every id and raised KeyError."""
     timers = []
     for _ in range(2):
