@@ -22,6 +22,7 @@ from pagedstate.spec import (
     PagedStateError,
     PartialReleaseError,
     StoreOwnedUnitsError,
+    WrongOwnerError,
     check_invariants,
 )
 from pagedstate.spec.types import CHECKPOINT_OWNER
@@ -483,3 +484,21 @@ def test_owner_counts_keep_kinds_apart_and_equal_owners_together() -> None:
         for units, o in zip(held, others, strict=True):
             pool.release_units(units, o)
         assert pool.num_free == 24
+
+
+def test_a_release_naming_a_free_unit_for_a_piece_is_refused() -> None:
+    """The owner holds two units; a release naming a free unit in place of its first one
+    (the right count, the rest right) is refused with WrongOwnerError on both models and
+    changes nothing (the fast path must not take a free unit for the owner's)."""
+    for models in (R, I):
+        pool = models.UnitPool(6)
+        pool.reserve_units(1, ("x", 0))  # unit 0
+        mine = pool.reserve_units(2, KV0)  # units 1, 2
+        pool.release_units([0], ("x", 0))  # unit 0 is free again
+        assert mine == [1, 2] and pool.owner_of(0) is None
+        before = pool.snapshot_parts()
+        with pytest.raises(WrongOwnerError):
+            pool.release_units([0, 2], KV0)
+        assert pool.snapshot_parts() == before and pool.num_free == 4
+        pool.release_units(mine, KV0)
+        assert pool.num_free == 6
