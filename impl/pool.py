@@ -189,12 +189,12 @@ class UnitPool:
         self._cached: OrderedDict[int, int] = OrderedDict()
         # The tag ``(owner, piece)`` of every unit by id, as two parallel lists: the owner
         # (None while free) and the piece (0 while free, so that equal pools hold equal
-        # lists). Lists, not a dict: a
-        # reservation touches neighbouring ids, which share cache lines, and churn never
-        # rebuilds them (a dict of millions of units is rebuilt as keys come and go, and
-        # misses the cache on every new key). Two lists, not one list of tuples: no tuple is
-        # built per unit when reserving, freed when releasing or dereferenced when checking
-        # (the owner is shared by the whole reservation; pieces are small cached ints).
+        # lists). Lists, not a dict: a reservation touches neighbouring ids, which share
+        # cache lines, and churn never rebuilds them (a dict of millions of units is rebuilt
+        # as keys come and go, and misses the cache on every new key). Two lists, not one
+        # list of tuples: no tuple is built per unit when reserving, freed when releasing or
+        # dereferenced when checking (the owner is shared by the whole reservation; pieces
+        # are small cached ints).
         self._owners: list[Hashable | None] = [None] * num_units
         self._pieces: list[int] = [0] * num_units
         # Units held per (hashable) owner: the whole-reservation check of G9 without a walk.

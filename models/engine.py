@@ -264,27 +264,36 @@ class CallTimer:
             self.extra_work[name] = self.extra_work.get(name, 0) + extra
 
     def relabel_last(self, old: str, new: str) -> None:
-        """Count the last call, made as ``old``, under ``new`` instead (time, count and, with
-        ``keep_samples``, its sample's method): for a call whose kind is known only from its
-        outcome. Untimed, like the rest of the bookkeeping."""
-        slot = self.timings[old]
+        """Count the last call, made as ``old``, under ``new`` instead (its duration in ns,
+        its count and, with ``keep_samples``, its sample's method id): for a call whose kind
+        is known only from its outcome (the engine's ``unindex`` split). A name left with no
+        call is dropped from ``timings``. Untimed, like the rest of the bookkeeping.
+
+        Raises:
+            KeyError: no call was timed as ``old``.
+        """
         ns = self.samples[-1] if self.keep_samples else self._last_ns
-        slot[0] -= ns
-        slot[1] -= 1
-        if not slot[1]:
+        self._add(old, -ns, -1)
+        if not self.timings[old][1]:
             del self.timings[old]
-        to = self.timings.get(new)
-        if to is None:
-            self.timings[new] = [ns, 1]
-        else:
-            to[0] += ns
-            to[1] += 1
+        self._add(new, ns, 1)
         if self.keep_samples:
-            mid = self._ids.get(new)
-            if mid is None:
-                mid = self._ids[new] = len(self.methods)
-                self.methods.append(new)
-            self.sample_methods[-1] = mid
+            self.sample_methods[-1] = self._method_id(new)
+
+    def _add(self, name: str, ns: int, calls: int) -> None:
+        slot = self.timings.get(name)
+        if slot is None:
+            self.timings[name] = [ns, calls]
+        else:
+            slot[0] += ns
+            slot[1] += calls
+
+    def _method_id(self, name: str) -> int:
+        mid = self._ids.get(name)
+        if mid is None:
+            mid = self._ids[name] = len(self.methods)
+            self.methods.append(name)
+        return mid
 
     def call(self, name: str, fn: Callable[..., _T], *args: Any) -> _T:
         """``fn(*args)``, its duration added to ``name``'s total. Only the call sits between
@@ -293,19 +302,10 @@ class CallTimer:
         result = fn(*args)
         t1 = _now()
         self._last_ns = t1 - t0
-        slot = self.timings.get(name)
-        if slot is None:
-            self.timings[name] = [t1 - t0, 1]
-        else:
-            slot[0] += t1 - t0
-            slot[1] += 1
+        self._add(name, t1 - t0, 1)
         if self.keep_samples:
-            mid = self._ids.get(name)
-            if mid is None:
-                mid = self._ids[name] = len(self.methods)
-                self.methods.append(name)
             self.samples.append(t1 - t0)
-            self.sample_methods.append(mid)
+            self.sample_methods.append(self._method_id(name))
         return result
 
 

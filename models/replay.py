@@ -594,18 +594,14 @@ def _geometry(model_id: str, block_tokens: int) -> Any:
     try:
         # an exact id, or a unique case-insensitive part of one ("Qwen3-Next"), as
         # load_geometry and the transfer driver take it
-        geometry = gpu.load_geometry(model_id)
+        return gpu.load_geometry(model_id).layout(block_tokens)
     except gpu.UnknownGeometryError:
         ids = gpu.geometry_ids()
         raise ReplayError(
             f"unknown model id {model_id!r} (an exact id or a unique part of one); known:"
             f" {', '.join(sorted(ids))}"
         ) from None
-    except Exception as e:  # a malformed id (empty, not a str): say which and why
-        raise ReplayError(f"model {model_id!r} cannot be replayed: {e}") from None
-    try:
-        return geometry.layout(block_tokens)
-    except Exception as e:  # UnsupportedGeometryError: say which and why
+    except Exception as e:  # a malformed id, UnsupportedGeometryError: say which and why
         raise ReplayError(f"model {model_id!r} cannot be replayed: {e}") from None
 
 
