@@ -52,6 +52,7 @@ from types import ModuleType
 import numpy as np
 
 from .engine import (
+    UNINDEX_MISS,
     DEFAULT_TRACE,
     Engine,
     EngineConfig,
@@ -442,6 +443,21 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
                 prod_mod, replace(_config(o, c), stop_when_drained=False), trace, repeat=o.repeat
             )
 
+    # Concurrency alone: every level on the pool of the highest level, so the number of
+    # running requests is the only thing that changes (the runs above grow the pool with
+    # the slots, which changes the KV prefix cache and with it the call mix).
+    same_pool: dict[int, EngineResult] = {}
+    same_pool_units = hi_conc * o.units_per_slot
+    if stand_in is None and lo_conc != hi_conc:
+        for c in o.concurrency:
+            say(f"concurrency {c}, pool of {same_pool_units:,} units: production ...")
+            same_pool[c] = _replay(
+                prod_mod,
+                replace(_config(o, c), pool_units=same_pool_units),
+                trace,
+                repeat=o.repeat,
+            )
+
     rec_runs: list[tuple[str, int, EngineResult]] = []
     rec_plan = [(prod_label, prod_mod, n, o.repeat) for n in o.records] if stand_in is None else []
     rec_plan += [(o.ref, ref_mod, n, o.ref_repeat) for n in o.ref_records]
@@ -683,6 +699,39 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
             f" {hi_r / lo_r if lo_r else 0.0:.2f}; µs per call:"
             f" {_us(full[hi_conc]) / _us(full[lo_conc]) if _us(full[lo_conc]) else 0.0:.2f}.",
         ]
+    if same_pool:
+        lines += [
+            "",
+            "### Concurrency alone: one pool for every level (production)",
+            "",
+            "The runs above give each level a pool of"
+            f" {o.units_per_slot} units per slot, so the pool grows with the concurrency and"
+            " so does the KV prefix cache: a smaller pool drops more prefixes, mostly"
+            " through cheap `unindex (found nothing)` calls, and the mean per call moves with"
+            " that mix. Here every level runs on the pool of the highest level"
+            f" ({same_pool_units:,} units, as if on one GPU with the scheduler's limit on"
+            " running requests changed): the same workload otherwise (the first"
+            f" {len(trace):,} requests, stopping when nothing is left waiting), fastest of"
+            f" {o.repeat} replays call by call. Context for the concurrency target, not a"
+            " target:",
+            "",
+            "| running requests | pool units | store calls | `unindex (found nothing)` calls |"
+            " µs/call | one replay | completed |",
+            "|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for c, sp in same_pool.items():
+            misses = sp.timings.get(UNINDEX_MISS, [0, 0])[1]
+            lines.append(
+                f"| {c:,} | {sp.config.pool_units:,} | {_store_calls(sp):,} | {misses:,} |"
+                f" {_fmt(_us(sp))} | {_fmt(sp.extra['plain_us'])} |"
+                f" {sp.counters['completed']:,} |"
+            )
+        a_us, b_us = _us(same_pool[lo_conc]), _us(same_pool[hi_conc])
+        lines += [
+            "",
+            f"µs per call on one pool, {hi_conc:,} / {lo_conc:,} running requests:"
+            f" {b_us / a_us if a_us else 0.0:.2f}.",
+        ]
     lines += [
         "",
         "### Engine counters (production run)",
@@ -798,6 +847,17 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
                 f"- Context, not the target: serving the same {na:,} requests to the end,"
                 f" the store spends {(tb / nb) / (ta / na):.2f}x the time per request at"
                 f" {hi:,} running requests as at {lo:,} (per call: {_us(b) / _us(a):.2f}x)."
+            )
+    if same_pool:
+        a_us, b_us = _us(same_pool[lo_conc]), _us(same_pool[hi_conc])
+        if a_us:
+            lines.append(
+                f"- Context, not the target: with every level on one pool of"
+                f" {same_pool_units:,} units (only the number of running requests changes),"
+                f" the cost per call at {hi_conc:,} / at {lo_conc:,} running requests is"
+                f" {b_us / a_us:.2f}; µs per call on that pool: "
+                + ", ".join(f"{_us(sp):.2f} at {c:,}" for c, sp in same_pool.items())
+                + " running requests."
             )
     prod_recs = [(n, rr) for label, n, rr in rec_runs if label == prod_label and judged]
     if len(prod_recs) >= 2:

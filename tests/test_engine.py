@@ -249,6 +249,12 @@ def test_bench_quick_writes_its_section(tmp_path: Path, capsys: pytest.CaptureFi
     assert "| yes |" in text  # the two runs made the same calls
     assert "### Locality control (production)" in text
     assert "| filing |" in text and "| shuffled |" in text
+    # every level once more on the highest level's pool (64 slots x 40 units)
+    assert "### Concurrency alone: one pool for every level (production)" in text
+    same = text.split("### Concurrency alone", 1)[1].split("###", 1)[0]
+    assert same.count("| 2,560 |") == 2, same
+    assert "µs per call on one pool, 64 / 16 running requests:" in same
+    assert "- Context, not the target: with every level on one pool of 2,560 units" in text
     # Run again with a module that is not a store: the section is replaced, and says that
     # the reference stood in and nothing was judged.
     assert bench.main([*args, "--impl", "pagedstate.spec"]) == 0
@@ -258,6 +264,7 @@ def test_bench_quick_writes_its_section(tmp_path: Path, capsys: pytest.CaptureFi
     assert "standing in for pagedstate.spec" in text
     assert "**n/a**" in text
     assert "Not run (one concurrency level, or no production store)." in text
+    assert "Concurrency alone" not in text  # production only: nothing to show
     printed = capsys.readouterr().out
     assert "<!-- bench-trace:begin -->" in printed
 
