@@ -52,8 +52,8 @@ from types import ModuleType
 import numpy as np
 
 from .engine import (
-    UNINDEX_MISS,
     DEFAULT_TRACE,
+    UNINDEX_MISS,
     Engine,
     EngineConfig,
     EngineResult,
