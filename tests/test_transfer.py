@@ -853,6 +853,38 @@ def test_two_processes_the_sender_dies_after_its_leases(backend: dict[str, str])
     assert rcv["accounting"]["records"] == 3 * U  # two adopted + the local image
 
 
+def test_two_processes_the_sender_dies_after_go(backend: dict[str, str]) -> None:
+    """(a) The sender dies after GO, so the receiver has posted its payload receives: on
+    gloo they fail when the connection goes, and the round is given up as when the sender
+    dies before GO: both reservations released, both local restores resumed and checked, no
+    leak. On nccl a posted receive cannot be withdrawn and NCCL's watchdog ends the receiver
+    at the timeout: not handled yet (docs/transfer.md); marked xfail there, not run."""
+    if backend["backend"] == "nccl":
+        pytest.xfail("a sender lost after GO is not handled on nccl yet (docs/transfer.md)")
+    cfg = small(**backend, fault="sender_dies_after_go", fault_image=3, timeout_s=5.0)
+    snd, rcv = run(cfg)
+    assert snd["exitcode"] == CRASH_EXIT and "after GO" in snd["crashed"]
+    assert rcv["exitcode"] == 0, rcv.get("error")
+    assert "image receive" in rcv["peer_lost"], rcv["peer_lost"]
+    if backend["backend"] == "nccl":
+        assert "communicator was aborted" in rcv["peer_lost"], rcv["peer_lost"]
+    assert rcv["outcome"] == {
+        "0": ["adopted"],
+        "1": ["adopted"],
+        "2": ["aborted"],
+        "3": ["aborted"],
+    }
+    assert rcv["local"]["resumed"] == 2
+    assert [2, "local"] in rcv["checked"] and [3, "local"] in rcv["checked"]
+    assert rcv["mismatches"] == []
+    released = {tuple(e[3]) for e in rcv["events"] if e[0] == "transfer" and e[2] == "release"}
+    assert len(released) == 2
+    assert terminal_leases(snd) == (4, 4)
+    no_leak(snd)
+    no_leak(rcv)
+    assert rcv["accounting"]["records"] == 3 * U  # two adopted + the local image
+
+
 def test_two_processes_a_stalled_sender_times_the_receiver_out(backend: dict[str, str]) -> None:
     """(a) A hung peer rather than a dead one: the receiver's receive times out after the
     group's timeout, it gives the round up as above; the sender's late send fails and its
