@@ -210,13 +210,23 @@ class PagedStateCheckpointCoordinator:
         (``checkpoint_copy_ops_per_batch(max_num_seqs)``). O(1).
 
         Raises:
-            InvalidArgumentError: ``max_ops_per_batch`` is not a non-negative int, or
-                ``slot_pool`` lacks ``has_free``, ``pop`` or ``release``.
+            InvalidArgumentError: ``max_ops_per_batch`` is not a non-negative int,
+                ``slot_pool`` lacks ``has_free``, ``pop`` or ``release``, or it is another
+                pool than the attached one while slots of that one are out (reserved,
+                queued or issued: they go back to the pool they came from). Re-attaching
+                the same pool (a new budget) is always allowed.
         """
         need_int("max_ops_per_batch", max_ops_per_batch, 0)
         if not isinstance(slot_pool, ScratchSlotPool):
             raise InvalidArgumentError(
                 f"slot_pool must offer has_free, pop and release, got {slot_pool!r}"
+            )
+        out = len(self._scratch_reserved) + len(self._scratch_queued) + len(self._scratch_issued)
+        if slot_pool is not self._scratch and out:
+            raise InvalidArgumentError(
+                f"slot_pool: {out} scratch slot(s) of the attached pool are out (reserved,"
+                " queued or issued); they must go back to it before another pool is attached"
+                " (complete the batch, cancel the reservations)"
             )
         self._scratch = slot_pool
         self._max_ops_per_batch = max_ops_per_batch
@@ -329,11 +339,13 @@ class PagedStateCheckpointCoordinator:
             del self._scratch_by_hash[h]
 
     def _take_scratch_stores(self, budget: int) -> None:
-        queued = self._scratch_queued
         scratch = self._scratch
         assert scratch is not None
         store = self.store
-        while queued:
+        # The queue is read afresh each time: a re-entrant ``clear_index`` (from an on_evict
+        # callback of a store begun here) replaces it.
+        while self._scratch_queued:
+            queued = self._scratch_queued
             if budget <= 0:
                 row = T.SCRATCH.step(T.S_QUEUED, "issue", "over_budget")
                 self._took(T.SCRATCH, row, next(iter(queued)))
@@ -342,7 +354,22 @@ class PagedStateCheckpointCoordinator:
             self._unqueue_scratch(slot, h)
             op = None
             if not store.contains_or_pending(h):
-                op = store.begin_store(h, slot)
+                filed = len(store._inflight_stores)
+                try:
+                    op = store.begin_store(h, slot)
+                except EvictionCallbackError:
+                    # The drain is given up (take_checkpoint_ops), this attempt counted as
+                    # dropped there. A record filed before the callback failed is given up
+                    # with the others: the slot is issued like theirs and returns at the
+                    # next completion; else it returns now, as for a refused store.
+                    begun = len(store._inflight_stores) > filed
+                    row = T.SCRATCH.step(T.S_QUEUED, "issue", "begun" if begun else "refused")
+                    if begun:
+                        self._scratch_issued.append(slot)
+                    else:
+                        scratch.release(slot)
+                    self._took(T.SCRATCH, row, slot)
+                    raise
             if op is None:
                 row = T.SCRATCH.step(T.S_QUEUED, "issue", "refused")
                 scratch.release(slot)
@@ -378,7 +405,8 @@ class PagedStateCheckpointCoordinator:
             need_int("hit", hit, 0)
         if not isinstance(block_hashes, (list, tuple)):
             raise InvalidArgumentError(
-                f"block_hashes must be a list or tuple of ints, got {type(block_hashes)!r}"
+                "block_hashes must be a list or tuple of ints, got"
+                f" {type(block_hashes).__qualname__}"
             )
         if hit > len(block_hashes):
             raise InvalidArgumentError(f"hit {hit} exceeds the {len(block_hashes)} block hashes")
@@ -507,7 +535,12 @@ class PagedStateCheckpointCoordinator:
         try:
             return self._drain()
         except EvictionCallbackError:
-            self._give_up_drain(first)
+            self._give_up_drain(first, failed_attempt=True)
+            raise
+        except BaseException:
+            # not an engine callback's error (none is expected here): the ops begun so far
+            # are still never handed out, so no copy can write units given back since
+            self._give_up_drain(first, failed_attempt=False)
             raise
         finally:
             self._busy = None
@@ -520,8 +553,13 @@ class PagedStateCheckpointCoordinator:
             )
         self._busy = name
 
-    def _give_up_drain(self, first: int) -> None:
-        """Undo the stores this drain began (``take_checkpoint_ops``): see there."""
+    def _give_up_drain(self, first: int, failed_attempt: bool) -> None:
+        """Undo the stores this drain began (``take_checkpoint_ops``): see there.
+
+        Every store attempt of a drain is counted when it ends: kept (its op was taken) or
+        dropped (refused). An ``EvictionCallbackError`` comes out of exactly one attempt,
+        whose reservation fired the failing callback and which was not counted yet
+        (``failed_attempt``): it is dropped with the ones given up."""
         store = self.store
         began = store._inflight_stores[first:]
         for cid in began:
@@ -529,7 +567,7 @@ class PagedStateCheckpointCoordinator:
             if rec is not None and rec.phase == T.COPYING:
                 store.unindex(rec.prefix_hash)
         self.checkpoints_kept -= len(self._store_ops)
-        self.checkpoints_dropped += len(self._store_ops)
+        self.checkpoints_dropped += len(self._store_ops) + (1 if failed_attempt else 0)
         self._store_ops = []
 
     def _drain(self) -> tuple[tuple[CheckpointStoreOp, ...], tuple[CheckpointRestoreOp, ...]]:
@@ -574,11 +612,14 @@ class PagedStateCheckpointCoordinator:
                 continue
             self._store_ops.append(op)
             self.checkpoints_kept += 1
-        restores = store.take_restore_ops()
+        # Scratch stores before the restores are taken (their budget counts the queued
+        # restores, which the take moves in flight whole): if a scratch store's callback
+        # fails, the drain is given up with the restores still queued for the next one.
         if self._scratch_queued:
             self._take_scratch_stores(
-                self._max_ops_per_batch - len(self._store_ops) - len(restores)
+                self._max_ops_per_batch - len(self._store_ops) - len(store._queued_restores)
             )
+        restores = store.take_restore_ops()
         stores, self._store_ops = self._store_ops, []
         return tuple(stores), restores
 

@@ -65,6 +65,7 @@ from typing import IO, Any
 
 import attrs
 
+from pagedstate.spec import ScratchSlotPool
 from pagedstate.spec import tables as T
 from pagedstate.spec.errors import InvalidArgumentError
 from pagedstate.spec.wire import (
@@ -258,6 +259,10 @@ class EventLog:
         self._outside: list[str] = []
         self._seq_ids: _SeqIds | None = None
         self._saved: dict[str, Any] = {}
+        #: The distinct scratch slot pools seen (the attached one first): a pool is logged
+        #: by its place here, so that the replay can tell another pool from the attached
+        #: one (``attach_midstep_scratch`` refuses another while slots are out).
+        self._scratch_pools: list[Any] = []
 
     def __enter__(self) -> EventLog:
         return self
@@ -563,6 +568,7 @@ def _install(c: PagedStateCheckpointCoordinator, log: EventLog) -> None:
     if c.offload is not None:
         c.offload = _Offload(c.offload, log, "offload")
     if c._scratch is not None:
+        log._scratch_pools.append(c._scratch)
         c._scratch = _Scratch(c._scratch, log, "scratch")
     cls = type(c)
     for name in COORDINATOR_CALLS:
@@ -617,6 +623,27 @@ _EXTERNAL_ARGS = {
 }
 
 
+def _external_arg(log: EventLog, kind: str, value: Any, generic: Any) -> Any:
+    """How an ``attach_*`` call's offload index or scratch pool is logged: ``None`` as
+    itself; an offload index (any object) as ``{"ext": "offload"}``; a scratch pool as
+    ``{"ext": "scratch"}`` for the first pool seen and ``{"ext": "scratch#K"}`` for the K-th
+    other one; a value that is no scratch pool (the call refuses it) as the value it is
+    (``generic``), so that the replay is refused the same way."""
+    if value is None:
+        return None
+    if kind != "scratch":
+        return {"ext": kind}
+    pool = _inner(value)
+    if not isinstance(pool, ScratchSlotPool):
+        return generic
+    known = log._scratch_pools
+    k = next((i for i, seen in enumerate(known) if seen is pool), None)
+    if k is None:
+        k = len(known)
+        known.append(pool)
+    return {"ext": "scratch" if k == 0 else f"scratch#{k}"}
+
+
 def _wrap(
     log: EventLog,
     c: PagedStateCheckpointCoordinator,
@@ -646,6 +673,16 @@ def _wrap(
             # store called directly: its rows are flagged "outside"), or ``applies`` from
             # inside a coordinator call: an effect of a call, not a call of the engine's.
             return fn(*args, **kwargs)
+        if external == "scratch":
+            # The attached pool, named again by the engine: the coordinator holds the log's
+            # wrapper of it, which is what the call must see to know it for the same pool.
+            current = c._scratch
+            if isinstance(current, _External):
+                inner = _inner(current)
+                if args and args[0] is inner:
+                    args = (current, *args[1:])
+                elif kwargs.get(ext_param, None) is inner:
+                    kwargs = {**kwargs, ext_param: current}
         seq_id = log._seq_ids
         enc_args = [encode(a, seq_id) for a in args]
         enc_kwargs = {k: encode(v, seq_id) for k, v in kwargs.items()}
@@ -653,9 +690,11 @@ def _wrap(
             # The offload index or scratch pool itself is not data: the replay puts a
             # stand-in there that answers what this one answered (each call's "ext").
             if args:
-                enc_args[0] = None if args[0] is None else {"ext": external}
+                enc_args[0] = _external_arg(log, external, args[0], enc_args[0])
             elif ext_param in kwargs:
-                enc_kwargs[ext_param] = None if kwargs[ext_param] is None else {"ext": external}
+                enc_kwargs[ext_param] = _external_arg(
+                    log, external, kwargs[ext_param], enc_kwargs[ext_param]
+                )
         seqs = [encode(s, seq_id) for s, _h in c._pending.values()] if drain else None
         frame = _Frame()
         frames.append(frame)

@@ -148,7 +148,9 @@ class KVBlockPool(Protocol):
 def _ids_list(unit_ids: Any) -> tuple[int, ...]:
     """A list or tuple of non-negative int unit ids without repeats, as a tuple."""
     if not isinstance(unit_ids, (list, tuple)):
-        raise InvalidArgumentError(f"unit_ids must be a list or tuple, got {type(unit_ids)!r}")
+        raise InvalidArgumentError(
+            f"unit_ids must be a list or tuple, got {type(unit_ids).__qualname__}"
+        )
     ids = tuple(unit_ids)
     for u in ids:
         if type(u) is not int or u < 0:  # pragma: no mutate (need_int re-checks)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -224,6 +225,47 @@ class _Opaque:
         return hash((self.type_name, self.text))
 
 
+_OPAQUE_TYPES: dict[str, type] = {}
+
+
+def _opaque(type_name: str, text: str) -> _Opaque:
+    """A stand-in for a value of type ``type_name`` (a ``__qualname__``) whose repr was
+    ``text``: an instance of a subclass of :class:`_Opaque` of that name, so that an error
+    message naming the value's type names the original one."""
+    cls = _OPAQUE_TYPES.get(type_name)
+    if cls is None:
+        if len(_OPAQUE_TYPES) >= 4096:  # a bound on the memory of a long, odd log
+            _OPAQUE_TYPES.clear()
+        cls = type(type_name.rsplit(".", 1)[-1], (_Opaque,), {"__slots__": ()})
+        cls.__qualname__ = type_name
+        _OPAQUE_TYPES[type_name] = cls
+    return cls(type_name, text)
+
+
+class _OpaqueInt(int):
+    """An int subclass as the log saw it: its value, type name (the class's) and repr."""
+
+    __slots__ = ()
+    _text = ""
+
+    def __repr__(self) -> str:
+        return self._text
+
+
+def _opaque_int(n: int, type_name: str, text: str) -> int:
+    """A stand-in for an instance of the int subclass ``type_name`` (a ``__qualname__``)
+    with value ``n`` and repr ``text``: it encodes, compares and prints as the original."""
+    key = f"{type_name}\0{text}"
+    cls = _OPAQUE_TYPES.get(key)
+    if cls is None:
+        if len(_OPAQUE_TYPES) >= 4096:  # a bound on the memory of a long, odd log
+            _OPAQUE_TYPES.clear()
+        cls = type(type_name.rsplit(".", 1)[-1], (_OpaqueInt,), {"__slots__": (), "_text": text})
+        cls.__qualname__ = type_name
+        _OPAQUE_TYPES[key] = cls
+    return cls(n)
+
+
 def _stand_in(value: Any) -> Any:
     """The replay's ``extra`` hook of :func:`pagedstate.spec.wire.encode`: its own stand-ins
     encode as the log wrote their originals."""
@@ -234,7 +276,7 @@ def _stand_in(value: Any) -> Any:
             "state_slot": encode(value.state_slot),
             "has_per_req_cache": encode(value.has_per_req_cache),
         }
-    if t is _Opaque:
+    if isinstance(value, _Opaque):
         return {"object": value.type_name, "repr": value.text}
     if isinstance(value, _Scripted):
         return {"ext": value.name}
@@ -247,6 +289,12 @@ def encode(value: Any) -> Any:
     originals."""
     return _encode(value, _stand_in)
 
+
+_NAN = float("nan")
+
+#: An outside object's name in the log: the offload index, the first scratch pool, or the
+#: K-th other scratch pool (``scratch#K``, K >= 1).
+_EXT_NAME = re.compile(r"offload|scratch|scratch#[1-9][0-9]{0,8}")
 
 _OP_FIELDS = {
     "store_op": ("src_slot", "unit_ids", "total_bytes", "layout_id"),
@@ -286,10 +334,17 @@ def decode(
             s.state_slot = d(v["state_slot"])
             s.has_per_req_cache = d(v["has_per_req_cache"])
             return s
+        if "int" in v:
+            n, type_name, text = v.get("int"), v.get("type"), v.get("repr")
+            if set(v) != {"int", "type", "repr"} or type(n) is not int or not (
+                isinstance(type_name, str) and isinstance(text, str)
+            ):
+                raise ValueError(f"an int subclass is {{int, type, repr}}: {v!r}")
+            return _opaque_int(n, type_name, text)
         if "object" in v:
             if set(v) != {"object", "repr"} or not all(isinstance(x, str) for x in v.values()):
                 raise ValueError(f"an opaque value is {{object, repr}}: {v!r}")
-            return _Opaque(v["object"], v["repr"])
+            return _opaque(v["object"], v["repr"])
         if len(v) != 1:
             raise ValueError(f"an encoded value has one tag: {v!r}")
         ((tag, body),) = v.items()
@@ -297,17 +352,26 @@ def decode(
             if not isinstance(body, list):
                 raise ValueError(f"{tag} needs a list: {v!r}")
             items = [d(x) for x in body]
-            return {"tuple": tuple, "set": set, "frozenset": frozenset}[tag](items)
+            try:
+                return {"tuple": tuple, "set": set, "frozenset": frozenset}[tag](items)
+            except TypeError as exc:  # an unhashable item: no engine value encodes so
+                raise ValueError(f"{tag} of an unhashable item: {exc}") from exc
         if tag == "dict":
             if not (
                 isinstance(body, list) and all(isinstance(p, list) and len(p) == 2 for p in body)
             ):
                 raise ValueError(f"dict needs [key, value] pairs: {v!r}")
-            return {d(k): d(x) for k, x in body}
+            try:
+                return {d(k): d(x) for k, x in body}
+            except TypeError as exc:  # an unhashable key: no engine value encodes so
+                raise ValueError(f"dict with an unhashable key: {exc}") from exc
         if tag == "float":
             if body not in ("nan", "inf", "-inf"):
                 raise ValueError(f"float tag is nan, inf or -inf: {v!r}")
-            return float(body)
+            # one NaN object for every logged NaN: a NaN equals nothing, so a NaN owner
+            # (a transfer owner, say) is found again only as the same object, which is
+            # what an engine passing one constant does (the log cannot tell two NaNs apart)
+            return _NAN if body == "nan" else float(body)
         if tag == "bytes":
             if not isinstance(body, str):
                 raise ValueError(f"bytes needs hex: {v!r}")
@@ -327,7 +391,7 @@ def decode(
                 return CheckpointRestoreOp(**fields)
             return SuspendedCheckpointRestore(**fields)
         if tag == "ext":
-            if ext is None or body not in ("offload", "scratch"):
+            if ext is None or not _EXT_NAME.fullmatch(body if isinstance(body, str) else ""):
                 raise ValueError(f"unknown outside object: {v!r}")
             return ext(body)
         raise ValueError(f"unknown tag {tag!r}")
@@ -398,8 +462,10 @@ def _error_class(name: str) -> type[Exception]:
 class _Scripted:
     name = ""
 
-    def __init__(self, script: _Script) -> None:
+    def __init__(self, script: _Script, name: str | None = None) -> None:
         self._script = script
+        if name is not None:
+            self.name = name
 
 
 class _Offload(_Scripted):
@@ -539,6 +605,7 @@ class _Replay:
         self.script = _Script(self)
         self.offload = _Offload(self.script)
         self.scratch = _Scratch(self.script)
+        self.other_scratch: dict[str, _Scratch] = {}
         self.seqs: dict[int, _Seq] = {}
         self.rows = _RowOrder()
         try:
@@ -569,7 +636,16 @@ class _Replay:
         return s
 
     def _ext(self, name: str) -> Any:
-        return self.offload if name == "offload" else self.scratch
+        if name == "offload":
+            return self.offload
+        if name == "scratch":
+            return self.scratch
+        # another scratch pool than the first: a stand-in of its own (same script), so
+        # that the reference tells it from the attached one as the implementation did
+        other = self.other_scratch.get(name)
+        if other is None:
+            other = self.other_scratch[name] = _Scratch(self.script, name)
+        return other
 
     def decode(self, value: Any) -> Any:
         return decode(value, self._seq, self._ext)
@@ -636,14 +712,19 @@ class _Replay:
         diffs: list[Difference] = []
         if logged_n != n:
             diffs.append(Difference("n", n, logged_n))
+        seqs = line.get("seqs") or []
+        if not isinstance(seqs, list):
+            raise _Unreadable("'seqs' is a list")
         try:
-            for s in line.get("seqs") or []:
+            for s in seqs:
                 self.decode(s)
             call_args = self.decode(args)
             call_kwargs = {str(k): self.decode(v) for k, v in kwargs.items()}
             readings = [self.decode(t) for t in clock]
         except ValueError as exc:
             raise _Unreadable(str(exc)) from exc
+        except RecursionError as exc:
+            raise _Unreadable("a value nested too deep to decode") from exc
         self.clock.reset(readings)
         self.script.reset(ext)
         self.rows.order.clear()
@@ -687,19 +768,33 @@ def check_log(lines: Iterable[str | bytes], *, require_footer: bool = True) -> C
     replay: _Replay | None = None
     calls = 0
     lineno = 0
+    cut: int | None = None  # the half-written last line of a log still being written
+    cut_why = ""
     footer: dict[str, Any] | None = None
     for raw in lines:
+        if cut is not None:  # a line after the one taken for half-written: it was not
+            return CheckResult("unreadable", cut, calls, cut, None, cut_why)
         lineno += 1
         call: str | None = None
         try:
             text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+            # only the last line can lack its newline: one a running engine is writing
+            being_written = not require_footer and not text.endswith("\n")
             text = text.rstrip("\r\n")
             if not text.strip():
                 raise _Unreadable("a blank line")
             try:
                 obj = json.loads(text)
             except json.JSONDecodeError as exc:
+                if being_written and replay is not None and cut is None:
+                    # the last line, unless another comes (then it is reported as is)
+                    cut, cut_why = lineno, f"not JSON ({exc.msg} at column {exc.colno})"
+                    continue
                 raise _Unreadable(f"not JSON ({exc.msg} at column {exc.colno})") from exc
+            except ValueError as exc:  # e.g. an int past Python's digit limit
+                raise _Unreadable(f"not readable JSON ({exc})") from exc
+            except RecursionError as exc:
+                raise _Unreadable("JSON nested too deep to read") from exc
             if not isinstance(obj, dict):
                 raise _Unreadable("a line is a JSON object")
             if isinstance(obj.get("call"), str):
@@ -761,14 +856,10 @@ def check_log(lines: Iterable[str | bytes], *, require_footer: bool = True) -> C
         )
     if footer is None:
         if not require_footer:
-            return CheckResult(
-                "matched",
-                lineno,
-                calls,
-                None,
-                None,
-                "the log has no footer (accepted): only the lines it holds are checked",
-            )
+            note = "the log has no footer (accepted): only the lines it holds are checked"
+            if cut is not None:
+                note += f"; its last line, {cut}, is cut off (still being written): not checked"
+            return CheckResult("matched", lineno, calls, None, None, note)
         return CheckResult(
             "incomplete",
             lineno,

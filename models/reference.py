@@ -319,7 +319,9 @@ class UnitPool:
 
     def _validate_whole(self, unit_ids: Any, owner: Hashable) -> tuple[int, ...]:
         if not isinstance(unit_ids, (list, tuple)):
-            raise InvalidArgumentError(f"unit_ids must be a list or tuple, got {type(unit_ids)!r}")
+            raise InvalidArgumentError(
+                f"unit_ids must be a list or tuple, got {type(unit_ids).__qualname__}"
+            )
         ids = tuple(unit_ids)
         for u in ids:
             _need_int("unit id", u, 0)
@@ -1270,13 +1272,23 @@ class PagedStateCheckpointCoordinator(_Stepper):
         (``checkpoint_copy_ops_per_batch(max_num_seqs)``).
 
         Raises:
-            InvalidArgumentError: ``max_ops_per_batch`` is not a non-negative int, or
-                ``slot_pool`` lacks ``has_free``, ``pop`` or ``release``.
+            InvalidArgumentError: ``max_ops_per_batch`` is not a non-negative int,
+                ``slot_pool`` lacks ``has_free``, ``pop`` or ``release``, or it is another
+                pool than the attached one while slots of that one are out (reserved,
+                queued or issued: they go back to the pool they came from). Re-attaching
+                the same pool (a new budget) is always allowed.
         """
         _need_int("max_ops_per_batch", max_ops_per_batch, 0)
         if not isinstance(slot_pool, ScratchSlotPool):
             raise InvalidArgumentError(
                 f"slot_pool must offer has_free, pop and release, got {slot_pool!r}"
+            )
+        out = len(self._scratch_reserved) + len(self._scratch_queued) + len(self._scratch_issued)
+        if slot_pool is not self._scratch and out:
+            raise InvalidArgumentError(
+                f"slot_pool: {out} scratch slot(s) of the attached pool are out (reserved,"
+                " queued or issued); they must go back to it before another pool is attached"
+                " (complete the batch, cancel the reservations)"
             )
         self._scratch = slot_pool
         self._max_ops_per_batch = max_ops_per_batch
@@ -1412,7 +1424,8 @@ class PagedStateCheckpointCoordinator(_Stepper):
         _need_int("hit", hit, 0)
         if not isinstance(block_hashes, (list, tuple)):
             raise InvalidArgumentError(
-                f"block_hashes must be a list or tuple of ints, got {type(block_hashes)!r}"
+                "block_hashes must be a list or tuple of ints, got"
+                f" {type(block_hashes).__qualname__}"
             )
         if hit > len(block_hashes):
             raise InvalidArgumentError(f"hit {hit} exceeds the {len(block_hashes)} block hashes")

@@ -23,7 +23,7 @@ def sequence_slot(seq: SequenceLike) -> int:
             return int(slot)
         if not hasattr(seq, "state_slot"):
             raise InvalidArgumentError(
-                f"a {type(seq).__name__} is not a sequence: it has no state_slot (a sequence"
+                f"a {type(seq).__qualname__} is not a sequence: it has no state_slot (a sequence"
                 " needs an int state_slot and a has_per_req_cache attribute)"
             )
         raise InvalidArgumentError(f"a sequence's state_slot must be an int, got {slot!r}")
@@ -42,6 +42,6 @@ def need_sequence(seq: SequenceLike) -> int:
     slot = sequence_slot(seq)
     if not hasattr(seq, "has_per_req_cache"):
         raise InvalidArgumentError(
-            f"a sequence needs a has_per_req_cache attribute, got {type(seq).__name__}"
+            f"a sequence needs a has_per_req_cache attribute, got {type(seq).__qualname__}"
         )
     return slot

@@ -109,7 +109,8 @@ def encode(value: Any, extra: Extra | None = None) -> Any:
     ``None``, bools, ints, strs and finite floats are themselves; a list is a JSON array; every
     other value is a one-key object naming its kind: ``{"tuple": [...]}``, ``{"dict": [[k, v],
     ...]}``, ``{"set": [...]}`` / ``{"frozenset": [...]}`` (sorted by their JSON text),
-    ``{"float": "nan" | "inf" | "-inf"}``, ``{"bytes": hex}``, ``{"op": [h, gen]}`` (a
+    ``{"float": "nan" | "inf" | "-inf"}``, ``{"int": n, "type": name, "repr": text}`` (an int
+    subclass, such as an ``IntEnum``: its value, type name and repr), ``{"bytes": hex}``, ``{"op": [h, gen]}`` (a
     :class:`StateStoreOperationId`), ``{"store_op": {...}}`` / ``{"restore_op": {...}}`` (the
     op's fields), ``{"lease": {"checkpoint_id", "op", "lease_id"}}`` (a
     :class:`SuspendedCheckpointRestore`). A value none of these covers is given to ``extra``
@@ -157,8 +158,8 @@ def encode(value: Any, extra: Extra | None = None) -> Any:
         }
     if isinstance(value, bool):
         return bool(value)
-    if isinstance(value, int):
-        return int(value)
+    if isinstance(value, int):  # a subclass (an IntEnum, say): its value, type and repr
+        return {"int": int(value), "type": t.__qualname__, "repr": safe_repr(value)}
     if isinstance(value, str):
         return str(value)
     if isinstance(value, float):
