@@ -319,3 +319,28 @@ def test_another_scratch_pool_is_refused_while_slots_are_out(M: Any) -> None:
     assert sorted(sp.free_slots) == [50, 51]
     c.attach_midstep_scratch(M.SlotPool([60, 61]), 4)  # every slot is back
     assert sorted(c.reserve_midstep(Seq(2), [(1, 8)]))[0][0] == 60
+
+
+def test_any_error_out_of_a_drain_gives_up_the_ops_it_began() -> None:
+    """Not only an on_evict failure: whatever leaves a drain half done (here an interrupt
+    raised by the engine's callback, which the pool does not catch) gives up the ops begun
+    so far, so that no later drain hands out a copy into units released since."""
+
+    def interrupt(h: int) -> None:
+        raise KeyboardInterrupt
+
+    pool = I.UnitPool(5)
+    c = I.PagedStateCheckpointCoordinator(pool, spec(10, 20), True)  # 2-unit images
+    kv = pool.reserve_units(3, ("kv", 0))
+    pool.cache_units(kv, ("kv", 0), [301, 302, 303])
+    pool.on_evict = interrupt
+    c.checkpoint(Seq(0), 1, 101)  # takes the 2 vacant units: no callback
+    c.checkpoint(Seq(1), 1, 102)  # needs cached KV: the callback interrupts
+    with pytest.raises(KeyboardInterrupt):
+        c.take_checkpoint_ops()
+    pool.on_evict = None
+    assert not c.store.contains_or_pending(101) and not c.store.contains_or_pending(102)
+    c.complete_previous_batch()  # the given-up records release their units
+    assert c.take_checkpoint_ops() == ((), ())
+    assert pool.num_free == 5
+    assert check_invariants(c.snapshot()) == []
