@@ -225,7 +225,10 @@ class _Opaque:
         return hash((self.type_name, self.text))
 
 
-_OPAQUE_TYPES: dict[str, type] = {}
+#: The stand-in classes made so far, by type name (and repr, for int subclasses); each
+#: cleared past 4096 entries, a bound on the memory of a long, odd log.
+_OPAQUE_TYPES: dict[str, type[_Opaque]] = {}
+_OPAQUE_INT_TYPES: dict[str, type[_OpaqueInt]] = {}
 
 
 def _opaque(type_name: str, text: str) -> _Opaque:
@@ -234,7 +237,7 @@ def _opaque(type_name: str, text: str) -> _Opaque:
     message naming the value's type names the original one."""
     cls = _OPAQUE_TYPES.get(type_name)
     if cls is None:
-        if len(_OPAQUE_TYPES) >= 4096:  # a bound on the memory of a long, odd log
+        if len(_OPAQUE_TYPES) >= 4096:
             _OPAQUE_TYPES.clear()
         cls = type(type_name.rsplit(".", 1)[-1], (_Opaque,), {"__slots__": ()})
         cls.__qualname__ = type_name
@@ -256,13 +259,13 @@ def _opaque_int(n: int, type_name: str, text: str) -> int:
     """A stand-in for an instance of the int subclass ``type_name`` (a ``__qualname__``)
     with value ``n`` and repr ``text``: it encodes, compares and prints as the original."""
     key = f"{type_name}\0{text}"
-    cls = _OPAQUE_TYPES.get(key)
+    cls = _OPAQUE_INT_TYPES.get(key)
     if cls is None:
-        if len(_OPAQUE_TYPES) >= 4096:  # a bound on the memory of a long, odd log
-            _OPAQUE_TYPES.clear()
+        if len(_OPAQUE_INT_TYPES) >= 4096:
+            _OPAQUE_INT_TYPES.clear()
         cls = type(type_name.rsplit(".", 1)[-1], (_OpaqueInt,), {"__slots__": (), "_text": text})
         cls.__qualname__ = type_name
-        _OPAQUE_TYPES[key] = cls
+        _OPAQUE_INT_TYPES[key] = cls
     return cls(n)
 
 

@@ -107,17 +107,17 @@ def encode(value: Any, extra: Extra | None = None) -> Any:
     """``value`` as JSON-ready data, exactly enough to rebuild an equal value of the same type.
 
     ``None``, bools, ints, strs and finite floats are themselves; a list is a JSON array; every
-    other value is a one-key object naming its kind: ``{"tuple": [...]}``, ``{"dict": [[k, v],
+    other value is an object naming its kind: ``{"tuple": [...]}``, ``{"dict": [[k, v],
     ...]}``, ``{"set": [...]}`` / ``{"frozenset": [...]}`` (sorted by their JSON text),
-    ``{"float": "nan" | "inf" | "-inf"}``, ``{"int": n, "type": name, "repr": text}`` (an int
-    subclass, such as an ``IntEnum``: its value, type name and repr), ``{"bytes": hex}``, ``{"op": [h, gen]}`` (a
-    :class:`StateStoreOperationId`), ``{"store_op": {...}}`` / ``{"restore_op": {...}}`` (the
-    op's fields), ``{"lease": {"checkpoint_id", "op", "lease_id"}}`` (a
-    :class:`SuspendedCheckpointRestore`). A value none of these covers is given to ``extra``
-    (also for every value nested in a container); if that answers :data:`UNHANDLED`, or there
-    is none, it is ``{"object": type name, "repr": repr}``. Owners, which may be any hashable,
-    round-trip to equal hashable values (tuples stay tuples). Never raises (unless ``extra``
-    does).
+    ``{"float": "nan" | "inf" | "-inf"}``, ``{"int": n, "type": name, "repr": text}`` (an
+    int subclass, such as an ``IntEnum``: its value, type name and repr), ``{"bytes": hex}``,
+    ``{"op": [h, gen]}`` (a :class:`StateStoreOperationId`), ``{"store_op": {...}}`` /
+    ``{"restore_op": {...}}`` (the op's fields), ``{"lease": {"checkpoint_id", "op",
+    "lease_id"}}`` (a :class:`SuspendedCheckpointRestore`). A value none of these covers is
+    given to ``extra`` (also for every value nested in a container); if that answers
+    :data:`UNHANDLED`, or there is none, it is ``{"object": type name, "repr": repr}``. Owners,
+    which may be any hashable, round-trip to equal hashable values (tuples stay tuples).
+    Never raises (unless ``extra`` does).
     """
     t = type(value)
     if value is None or t is bool or t is int or t is str:
