@@ -181,6 +181,17 @@ class ConformanceConfig:
         bad_inputs: run the :data:`BAD_INPUTS` rule.
         drain_at_end: in ``teardown``, drive both stores to quiescence and check that every
             unit came back (no leak, no stuck pin).
+        sweep_queries: after every step, ask both stores every read-only question over its
+            whole small domain (``has_available_units(k, p)`` for every count ``0..units+1``
+            and every protected hash or None, ``restore_queued_for`` of every slot,
+            ``contains`` of every hash, and with ``store_calls`` ``lookup``,
+            ``contains_or_pending`` and ``changed_since`` of the last generations) and
+            compare every answer, and that the sweep changed nothing. A wrong answer in a
+            narrow band of arguments is then found at the first state that shows it, not
+            only when a rule happens to draw those arguments.
+        change_log_size: the change log's bound (``change_log_size``), on both sides; small
+            by default, so that the log wraps within a run and ``changed_since`` answers
+            "unknown" for generations it no longer reaches.
     """
 
     units: int = attrs.field(default=8, validator=_positive)
@@ -204,6 +215,8 @@ class ConformanceConfig:
     store_calls: bool = True
     bad_inputs: bool = True
     drain_at_end: bool = True
+    sweep_queries: bool = True
+    change_log_size: int = attrs.field(default=6, validator=_positive)
 
     @property
     def spec(self) -> PagedStateCheckpointSpec:
@@ -374,6 +387,17 @@ def _ready_hash(m: ConformanceMachine) -> st.SearchStrategy[int]:
     return st.one_of(st.sampled_from(ready), every) if ready else every
 
 
+def _any_busy_slot(m: ConformanceMachine) -> st.SearchStrategy[int]:
+    snap = m.snap_ref
+    busy = sorted(
+        {d for _, d in snap.queued_restores}
+        | {d for _, d in snap.inflight_restores}
+        | {d for _, _, d in snap.suspended}
+    )
+    every = _cached(_slots, m.config)
+    return st.one_of(st.sampled_from(busy), every) if busy else every
+
+
 def _busy_slot(m: ConformanceMachine) -> st.SearchStrategy[int]:
     snap = m.snap_ref
     busy = sorted({d for _, d in snap.queued_restores})
@@ -387,6 +411,8 @@ KNOWN_H: st.SearchStrategy[int] = st.runner().flatmap(_known_hash)
 READY_H: st.SearchStrategy[int] = st.runner().flatmap(_ready_hash)
 #: A slot: one with a queued restore, or any slot (state-drawn).
 BUSY_SLOT: st.SearchStrategy[int] = st.runner().flatmap(_busy_slot)
+#: A slot: one with a queued, in-flight or suspended restore, or any slot (state-drawn).
+ANY_BUSY_SLOT: st.SearchStrategy[int] = st.runner().flatmap(_any_busy_slot)
 
 
 def _index_into(attr: str) -> st.SearchStrategy[int]:
@@ -415,6 +441,20 @@ def _forged_lease(s: _Side, m: ConformanceMachine) -> Any:
     else:
         forged = SuspendedCheckpointRestore(0, _dummy_restore_op(m), 10_000)
     return s.coord.release_suspended_restore(forged)
+
+
+def _forged_lease_id(lease_id: Callable[[ConformanceMachine], Any]) -> BadInput:
+    """Release a lease whose id is ``lease_id(m)`` (else the newest lease's fields): an id
+    never handed out, or not an id at all."""
+
+    def call(s: _Side, m: ConformanceMachine) -> Any:
+        if m.lease_pairs:
+            forged = attrs.evolve(s.pick(m.lease_pairs[-1]), lease_id=lease_id(m))
+        else:
+            forged = SuspendedCheckpointRestore(0, _dummy_restore_op(m), lease_id(m))
+        return s.coord.release_suspended_restore(forged)
+
+    return call
 
 
 def _tampered_lease(s: _Side, m: ConformanceMachine) -> Any:
@@ -520,6 +560,9 @@ BAD_INPUTS: Mapping[str, BadInput] = MappingProxyType(
         "reserve_transfer_unhashable": lambda s, m: s.coord.reserve_transfer_units(["x"]),
         "adopt_str_hash": lambda s, m: s.coord.adopt_transfer_units(("load", 0), "1"),
         "forged_lease": _forged_lease,
+        "forged_lease_negative_id": _forged_lease_id(lambda m: -1),
+        "forged_lease_next_id": _forged_lease_id(lambda m: m.snap_ref.next_lease_id),
+        "forged_lease_bool_id": _forged_lease_id(lambda m: True),
         "tampered_lease": _tampered_lease,
         "pool_reserve_negative": lambda s, m: s.pool.reserve_units(-1, (KV_OWNER, -1)),
         "pool_reserve_float": lambda s, m: s.pool.reserve_units(1.0, (KV_OWNER, -1)),
@@ -641,6 +684,7 @@ class ConformanceMachine(RuleBasedStateMachine):
             clock=self.clock,
             offload_backlog_cap=c.backlog_cap,
             forfeit_bound=c.forfeit_bound,
+            change_log_size=c.change_log_size,
         )
         given = cls.pool_factory(c.units)
         self.sut = cls.coordinator_factory(
@@ -652,7 +696,21 @@ class ConformanceMachine(RuleBasedStateMachine):
             clock=self.clock,
             offload_backlog_cap=c.backlog_cap,
             forfeit_bound=c.forfeit_bound,
+            change_log_size=c.change_log_size,
         )
+        missing = [
+            name
+            for name in ("snapshot", "checkpoint", "take_checkpoint_ops", "store")
+            if not hasattr(self.sut, name)
+        ]
+        if missing:
+            raise ConformanceFailure(
+                f"[rule __init__] construction: coordinator_factory returned {self.sut!r}"
+                f" ({type(self.sut).__qualname__}), not a coordinator: it has no"
+                f" {', '.join(missing)} (the factory takes the reference's arguments: pool,"
+                " spec, enabled, offload, readable_midstep, clock=..., offload_backlog_cap=...,"
+                " forfeit_bound=..., change_log_size=...)"
+            )
         self.sink: set[tuple[str, int]] = set()
         self.ref.row_sink = self.sink
         self.sides = (
@@ -803,8 +861,56 @@ class ConformanceMachine(RuleBasedStateMachine):
             self.max_pins, max((r.pin_count for r in after_sut.records.values()), default=0)
         )
         self.max_records = max(self.max_records, len(after_sut.records))
+        if self.config.sweep_queries:
+            self._sweep(what)
         self._clean = True
         return _Outcome(ref_val, sut_val, error)
+
+    def _queries(self) -> list[tuple[str, Callable[[_Side], Any]]]:
+        """Every read-only question of :attr:`ConformanceConfig.sweep_queries`."""
+        c = self.config
+        hashes = range(1, c.hashes + 1)
+        out: list[tuple[str, Callable[[_Side], Any]]] = []
+        for k in range(c.units + 2):
+            for p in (None, *hashes):
+                question = f"has_available_units({k}, {p})"
+                out.append((question, _call_coord("has_available_units", k, p)))
+        for slot in (*range(c.seqs + 1), *c.scratch_range):
+            out.append((f"restore_queued_for({slot})", _call_coord("restore_queued_for", slot)))
+        for h in hashes:
+            out.append((f"contains({h})", _call_coord("contains", h)))
+        if c.store_calls:
+            for h in hashes:
+                out.append((f"store.lookup({h})", _call_store("lookup", h)))
+                question = f"store.contains_or_pending({h})"
+                out.append((question, _call_store("contains_or_pending", h)))
+            gen = self.snap_ref.generation
+            for g in range(max(0, gen - c.change_log_size - 1), gen + 1):
+                out.append((f"store.changed_since({g})", _call_store("changed_since", g)))
+        return out
+
+    def _sweep(self, what: str) -> None:
+        """Ask both stores every read-only question and compare (see ``sweep_queries``)."""
+        ref_side, sut_side = self.sides
+        for question, call in self._queries():
+            answers: list[tuple[bool, Any]] = []
+            for side in (ref_side, sut_side):
+                try:
+                    answers.append((True, call(side)))
+                except Exception as exc:  # noqa: BLE001 - compared below
+                    answers.append((False, exc))
+            (ref_ok, ref_val), (sut_ok, sut_val) = answers
+            if ref_ok != sut_ok or (
+                (ref_val != sut_val) if ref_ok else (type(ref_val) is not type(sut_val))
+            ):
+                self._fail(
+                    what,
+                    f"after it, {question} answers differ: the reference"
+                    f" {'returned' if ref_ok else 'raised'} {ref_val!r}, the store under test"
+                    f" {'returned' if sut_ok else 'raised'} {sut_val!r}",
+                )
+        if self.sut.snapshot() != self.snap_sut:
+            self._fail(what, "the read-only questions asked after it changed the store's state")
 
     def _note_rows(self, rule_name: str) -> None:
         # The end-of-run drain is a check, not part of the run: its rows are not coverage.
@@ -891,6 +997,46 @@ class ConformanceMachine(RuleBasedStateMachine):
             n = self.config.units
             self._both(name, f"ensure_free_units({n})", _call_coord("ensure_free_units", n))
 
+    @precondition(lambda self: self.config.scratch_slots > 0)
+    @rule(
+        s=REG_SEQ,
+        positions=_cfg(_positions),
+        boundary=st.tuples(REG_SEQ, H),
+        restore=st.tuples(SLOT, READY_H),
+        complete=st.booleans(),
+    )
+    def midstep_pass(
+        self,
+        s: int,
+        positions: list[tuple[int, int]],
+        boundary: tuple[int, int],
+        restore: tuple[int, int],
+        complete: bool,
+    ) -> None:
+        """A pass that fills one drain: midstep scratch stores reserved and published, a
+        boundary filed and a restore queued, then the drain, so that the per-batch budget
+        is met and exceeded (the scratch stores left over wait: ``issue[over_budget]``)
+        and the order of the drain's ops is compared with all three kinds in it."""
+        name = "midstep_pass"
+        seq = self._seq(s)
+        out = self._both(
+            name,
+            f"reserve_midstep({seq!r}, {positions!r})",
+            lambda x: x.coord.reserve_midstep(seq, list(positions)),
+        )
+        if out.ok and out.ref:
+            for triple in out.ref:
+                self.scratch_latest[triple[0]] = triple
+            res = Pair(out.ref, out.sut)
+            self._both(name, f"publish_midstep({res.ref!r})", _call_picked("publish_midstep", res))
+        bseq, h = self._seq(boundary[0]), boundary[1]
+        self._both(name, f"checkpoint({bseq!r}, 1, {h})", _call_coord("checkpoint", bseq, 1, h))
+        slot, rh = restore
+        self._both(name, f"begin_restore({rh}, {slot})", _call_coord("begin_restore", rh, slot))
+        self._both(name, "take_checkpoint_ops()", _call_coord("take_checkpoint_ops"))
+        if complete:
+            self._both(name, "complete_previous_batch()", _call_coord("complete_previous_batch"))
+
     @rule()
     def drain(self) -> None:
         """The drain of a non-empty batch: begin stores, take restores, issue scratch."""
@@ -905,9 +1051,10 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     # -- restores --------------------------------------------------------------------------
 
-    @rule(slot=SLOT, h=READY_H)
+    @rule(slot=st.one_of(SLOT, ANY_BUSY_SLOT), h=READY_H)
     def begin_restore(self, slot: int, h: int) -> None:
-        """Queue a restore of ``h`` into ``slot`` (SlotBusyError when the slot is busy)."""
+        """Queue a restore of ``h`` into ``slot`` (SlotBusyError when the slot has a queued,
+        in-flight or suspended restore, G4: such slots are drawn on purpose)."""
         self._both(
             "begin_restore", f"begin_restore({h}, {slot})", lambda x: x.coord.begin_restore(h, slot)
         )
@@ -1146,11 +1293,13 @@ class ConformanceMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.tier is not None or self.config.leases)
     @rule(
         factor=st.sampled_from([1.0, 0.5, 2.0, 0.0, -1.0]),
-        jump=st.sampled_from([1.0, 2.0, 0.0, 0.25]),
+        jump=st.sampled_from([1.0, 2.0, 0.0, 0.25, -0.5]),
     )
     def reclaim(self, factor: float, jump: float) -> None:
-        """The clock jumps ``jump * timeout_s``, then ``reclaim_stale_offload_pins(factor *
-        timeout_s)`` (``factor <= 0`` disables the reclaim)."""
+        """The clock jumps ``jump * timeout_s`` (a negative jump: the clock was set back,
+        so pins are no longer in the order of their times), then
+        ``reclaim_stale_offload_pins(factor * timeout_s)`` (``factor <= 0`` disables the
+        reclaim)."""
         self.clock.now += jump * self.config.timeout_s
         timeout = factor * self.config.timeout_s
         self._both(
@@ -1195,10 +1344,13 @@ class ConformanceMachine(RuleBasedStateMachine):
             return owner
         return multiple()
 
-    @precondition(lambda self: len(self.snap_ref.transfers) < self.config.transfers)
     @rule(owner=owners)
     def reserve_transfer_again(self, owner: Hashable) -> None:
-        """Reserve under an owner already used (live: refused; spent: reused)."""
+        """Reserve under an owner already used (live: refused; spent: reused, within the
+        ``transfers`` bound on live reservations)."""
+        live = owner in self.snap_ref.transfers
+        if not live and len(self.snap_ref.transfers) >= self.config.transfers:
+            return
         self._both(
             "reserve_transfer_again",
             f"reserve_transfer_units({owner!r})",
@@ -1494,7 +1646,9 @@ EVENT_RULES: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType(
 )
 
 #: Rules that chain several public calls (their table events are not listed per rule).
-MACRO_RULES = frozenset({"quiesce", "teardown", "__init__", "engine_pass", "warm_up"})
+MACRO_RULES = frozenset(
+    {"quiesce", "teardown", "__init__", "engine_pass", "midstep_pass", "warm_up"}
+)
 
 
 def _rule_names(machine: type[RuleBasedStateMachine]) -> frozenset[str]:

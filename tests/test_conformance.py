@@ -18,6 +18,8 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from pagedstate import impl as I
 from pagedstate.models.conformance import (
     EVENT_RULES,
     MACRO_RULES,
@@ -42,6 +45,7 @@ from pagedstate.models.conformance import (
 from pagedstate.models.mutants import MUTANTS
 from pagedstate.models.reference import PagedStateCheckpointCoordinator
 from pagedstate.spec import tables as T
+from pagedstate.spec.errors import InvalidArgumentError, LeaseReusedError
 from pagedstate.spec.tables import TABLES, Row
 
 #: The ``ci`` run of the reference must stay well inside this (seconds).
@@ -266,3 +270,97 @@ def test_import_fails_when_a_table_event_has_no_rule() -> None:
     assert proc.returncode != 0
     assert "TableCoverageError" in proc.stderr
     assert "table event record:teleport has no conformance rule" in proc.stderr
+
+
+# -- the kit can fail on the production store: bugs a review planted (2026-12-01) -----------
+#
+# An adversarial review planted 21 bugs in a copy of pagedstate.impl and ran the kit as an
+# engine would (docs/conformance.md). The kit then caught 8 under ``ci``. These are the
+# kinds it missed that its changes of that day were made to catch, each planted here by
+# patching one method of a production coordinator: a query wrong only in a narrow band of
+# its arguments (the query sweep), a live transfer owner reserved again (the rule could not
+# run with ``transfers=1``), a forged lease with a negative id, a change log that ignores
+# its bound, and the order of one drain's ops with scratch stores in it (``midstep_pass``).
+
+
+def _planted(patch: Callable[[Any], None]) -> Callable[..., Any]:
+    def factory(*args: Any, **kwargs: Any) -> Any:
+        c = I.PagedStateCheckpointCoordinator(*args, **kwargs)
+        patch(c)
+        return c
+
+    return factory
+
+
+def _counts_pinned_as_spendable(c: Any) -> None:
+    store = c.store
+
+    def has_available_units(count: int, protected_hash: int | None = None) -> bool:
+        spendable = sum(1 for r in store.records.values() if r.phase == "READY")
+        return c.pool.num_free + spendable * store.units_per_checkpoint >= count
+
+    store.has_available_units = has_available_units
+
+
+def _live_owner_raises(c: Any) -> None:
+    reserve = c.reserve_transfer_units
+
+    def reserve_transfer_units(owner: Any) -> Any:
+        if owner in c.snapshot().transfers:
+            raise InvalidArgumentError(f"owner {owner!r} holds a reservation")
+        return reserve(owner)
+
+    c.reserve_transfer_units = reserve_transfer_units
+
+
+def _negative_lease_reused(c: Any) -> None:
+    release = c.release_suspended_restore
+
+    def release_suspended_restore(lease: Any) -> Any:
+        if type(lease.lease_id) is int and lease.lease_id < 0:
+            raise LeaseReusedError(f"lease {lease.lease_id} was used")
+        return release(lease)
+
+    c.release_suspended_restore = release_suspended_restore
+
+
+def _unbounded_change_log(c: Any) -> None:
+    c.store._changes = deque(c.store._changes, maxlen=4096)
+
+
+def _scratch_stores_first(c: Any) -> None:
+    take = c.take_checkpoint_ops
+    scratch = set(ConformanceConfig().scratch_range)  # the kit's scratch slots
+
+    def take_checkpoint_ops() -> Any:
+        stores, restores = take()
+        first = [op for op in stores if op.src_slot in scratch]
+        return (tuple(first + [op for op in stores if op.src_slot not in scratch]), restores)
+
+    c.take_checkpoint_ops = take_checkpoint_ops
+
+
+PRODUCTION_PLANTS: dict[str, Callable[[Any], None]] = {
+    "has_available_units counts pinned records": _counts_pinned_as_spendable,
+    "a live transfer owner reserved again raises": _live_owner_raises,
+    "a negative lease id is 'reused'": _negative_lease_reused,
+    "the change log ignores its bound": _unbounded_change_log,
+    "scratch stores first in the drain's ops": _scratch_stores_first,
+}
+
+
+@pytest.mark.parametrize("plant", sorted(PRODUCTION_PLANTS))
+def test_kit_catches_bugs_planted_in_the_production_store(plant: str) -> None:
+    """Each plant is caught with 400 deterministic test cases, no shrinking; the production
+    store without a plant passes the same run (``test_production_store_passes``)."""
+    factory = _planted(PRODUCTION_PLANTS[plant])
+    with pytest.raises(ConformanceFailure) as info:
+        run_conformance(factory, I.UnitPool, settings=settings(MUTANT_SETTINGS, max_examples=400))
+    assert "the reference model raised" not in str(info.value)
+
+
+def test_production_store_passes_the_plant_settings() -> None:
+    """The unplanted production store passes the runs above: what they catch is the plant."""
+    run_conformance(
+        _planted(lambda c: None), I.UnitPool, settings=settings(MUTANT_SETTINGS, max_examples=400)
+    )
