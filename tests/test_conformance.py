@@ -364,3 +364,11 @@ def test_production_store_passes_the_plant_settings() -> None:
     run_conformance(
         _planted(lambda c: None), I.UnitPool, settings=settings(MUTANT_SETTINGS, max_examples=400)
     )
+
+
+@pytest.mark.parametrize("returned", [object(), None, 42])
+def test_a_factory_that_returns_no_coordinator_is_named(returned: Any) -> None:
+    """A factory returning something that is not a coordinator fails at construction with
+    a message that says so (was: a bare AttributeError on ``snapshot``)."""
+    with pytest.raises(ConformanceFailure, match="not a coordinator: it has no snapshot"):
+        run_conformance(lambda *a, **k: returned, I.UnitPool, settings=MUTANT_SETTINGS)
