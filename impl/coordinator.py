@@ -886,6 +886,31 @@ class PagedStateCheckpointCoordinator:
         fates["state_offload_nominations_dropped"] = store.offload_nominations_dropped
         return fates
 
+    def self_check(self) -> list[str]:
+        """Problems with the coordinator's own indexes and the store's (and its pool's), as
+        sentences (empty: none): the pending boundaries' per-sequence and per-hash indexes
+        match the boundaries, the queued scratch stores' per-hash index matches the queue,
+        and no drain or completion is running between calls. For tests and the conformance
+        kit, which calls a ``self_check`` of the store under test after every step.
+        O(state + num_units)."""
+        out: list[str] = []
+        of_seq = {key[0]: key for key in self._pending}
+        if self._pending_of_seq != of_seq:
+            out.append("the pending key per sequence does not match the pending boundaries")
+        by_hash: dict[int, dict[int, None]] = {}
+        for (sid, h) in self._pending:
+            by_hash.setdefault(h, {})[sid] = None
+        if self._pending_by_hash != by_hash:
+            out.append("the pending sequences per hash do not match the pending boundaries")
+        scratch: dict[int, dict[int, None]] = {}
+        for slot, h in self._scratch_queued.items():
+            scratch.setdefault(h, {})[slot] = None
+        if self._scratch_by_hash != scratch:
+            out.append("the queued scratch slots per hash do not match the queue")
+        if self._busy is not None or self._store_ops:
+            out.append("a drain or completion is still open between calls")
+        return out + self.store.self_check()
+
     def snapshot(self) -> Snapshot:
         """The store's snapshot plus the coordinator's structures. O(state)."""
         return self.store.snapshot(

@@ -1214,6 +1214,62 @@ class PageUnitCheckpointStore:
             del self._forfeited[oldest]
             self._forfeit_watermark = max(self._forfeit_watermark, gen)
 
+    # -- self-check -----------------------------------------------------------------------
+
+    def self_check(self) -> list[str]:
+        """Problems with the store's own indexes, as sentences (empty: none): what the
+        snapshot does not show, checked against the records. The hash index names READY
+        records and the pending map COPYING ones, under their own hashes; the LRU holds
+        exactly the READY records; the evictable count is the number of unpinned READY
+        records, and the victim heap holds each one's current stamp; restore slots are in
+        one place each; the offload indexes match the offload operations; every record's
+        units are tagged with it in the pool (a production pool's own :meth:`UnitPool.
+        self_check` too). For tests and the conformance kit (its ``self_check`` hook).
+        O(state + num_units)."""
+        out: list[str] = []
+        records = self.records
+        for index, phase in ((self.hash_to_checkpoint, _READY), (self._pending_by_hash, _COPYING)):
+            for h, cid in index.items():
+                rec = records.get(cid)
+                if rec is None or rec.phase != phase or rec.prefix_hash != h:
+                    out.append(f"the {phase} index maps {h} to {cid}, which is not {phase} {h}")
+        ready = {cid for cid, r in records.items() if r.phase == _READY}
+        if set(self._lru) != ready:
+            out.append(f"the LRU holds {sorted(self._lru)}, the READY records are {sorted(ready)}")
+        evictable = [cid for cid in ready if records[cid].pin_count == 0]
+        if self._num_evictable != len(evictable):
+            out.append(f"the evictable count is {self._num_evictable}, not {len(evictable)}")
+        heap = self._victims
+        if any(heap[(i - 1) // 2] > heap[i] for i in range(1, len(heap))):
+            out.append("the victim heap is out of order")
+        stamps = set(heap)
+        lost = [cid for cid in evictable if records[cid].stamp not in stamps]
+        if lost:
+            out.append(f"evictable records missing from the victim heap: {sorted(lost)}")
+        queued, inflight = set(self._queued_restores), self._inflight_slots
+        suspended = set(self._suspended_slots)
+        if queued & inflight or queued & suspended or inflight & suspended:
+            out.append("a slot has restores in two places (G4)")
+        if inflight != {op.dst_slot for _, op in self._inflight_restores}:
+            out.append("the in-flight slot set does not match the in-flight restores")
+        pins = self._offload_pins
+        if self._op_hashes != {op.prefix_hash for op in pins}:
+            out.append("the hashes with an offload operation do not match the operations")
+        if set(self._reclaimable) != {op for op, pin in pins.items() if pin.reclaimable}:
+            out.append("the reclaimable set does not match the operations")
+        if len(self._forfeited) > self._forfeit_bound or not set(self._forfeited) <= {
+            op for _, op in self._forfeit_heap
+        }:
+            out.append("the forfeit memory exceeds its bound or its heap")
+        pool = self.pool
+        if type(pool) is UnitPool:
+            for cid, rec in records.items():
+                for piece, u in enumerate(rec.unit_ids):
+                    if pool.owner_of(u) != ((CHECKPOINT_OWNER, cid), piece):
+                        out.append(f"unit {u} of record {cid} is tagged {pool.owner_of(u)!r}")
+            out += pool.self_check()
+        return out
+
     # -- snapshot -------------------------------------------------------------------------
 
     def snapshot(self, **coordinator_fields: Any) -> Snapshot:

@@ -849,6 +849,11 @@ class ConformanceMachine(RuleBasedStateMachine):
         steps = check_step_invariants(before_sut, after_sut)
         if steps:
             self._fail(what, "step invariants broken: " + "; ".join(f"{n}: {p}" for n, p in steps))
+        own_check = getattr(self.sut, "self_check", None)
+        if callable(own_check):
+            own = own_check()
+            if own:
+                self._fail(what, "the store under test's own self_check reports: " + "; ".join(own))
         if ref_side.slots is not None and sut_side.slots is not None:
             if ref_side.slots.free_slots != sut_side.slots.free_slots:
                 self._fail(

@@ -561,6 +561,7 @@ class Lockstep:
             assert rv == iv, f"{where}: reference {rv!r} != production {iv!r}"
         assert check_invariants(after_i) == [], (where, check_invariants(after_i))
         assert check_step_invariants(before, after_i) == [], where
+        assert self.i.self_check() == [], (where, self.i.self_check())
         return rk, rv
 
     def step(self) -> None:
