@@ -97,7 +97,7 @@ __all__ = [
 ]
 
 #: Public coordinator methods that are not logged: pure reads of the whole state, or copies.
-NOT_LOGGED = frozenset({"snapshot", "clone"})
+NOT_LOGGED = frozenset({"snapshot", "clone", "self_check"})
 
 #: Key under which an attached coordinator holds its log (an instance attribute).
 _ATTR = "_pagedstate_eventlog"

@@ -339,7 +339,7 @@ def test_bad_calls_cover_every_public_method() -> None:
         "uncache_units", "dirty_units", "cached_hash", "cached_units", "complete_inflight",
         "take_restore_ops", "clear", "has_offload_pins", "checkpoint_fates",
         "complete_previous_batch", "take_checkpoint_ops", "clear_index", "attach_offload",
-        "deferred_evictions",
+        "deferred_evictions", "self_check",
     }
     for target, obj in (("p", I.UnitPool), ("s", I.PageUnitCheckpointStore),
                         ("c", I.PagedStateCheckpointCoordinator)):

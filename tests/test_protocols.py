@@ -18,7 +18,7 @@ from pagedstate.spec.protocols import (
 )
 
 #: Hooks for the checkers, not engine surface.
-CHECKER_HOOKS = {"clone", "row_sink", "store_class", "on_transition"}
+CHECKER_HOOKS = {"clone", "row_sink", "store_class", "on_transition", "self_check"}
 
 
 def _members(proto: type) -> set[str]:
