@@ -5,6 +5,7 @@ index for every corruption of one private index that the snapshot does not show.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -73,104 +74,133 @@ def _first_unit_of_last_record(c: Any) -> int:
     return int(c.store.records[_last(c.store.records)].unit_ids[0])
 
 
-CORRUPTIONS: dict[str, tuple[Callable[[Any], None], str]] = {
+def _swap_first_two(heap: list[int]) -> None:
+    heap[0], heap[1] = heap[1], heap[0]
+
+
+#: name -> (corruption, the problem it must produce: a regex the whole sentence matches, or
+#: a function of the world before the corruption giving the exact sentence).
+CORRUPTIONS: dict[str, tuple[Callable[[Any], None], str | Callable[[Any], str]]] = {
     "hash index names a wrong record": (
         lambda c: c.store.hash_to_checkpoint.__setitem__(999, _last(c.store.records)),
-        "the READY index maps 999",
+        r"the READY index maps 999 to 5, which is not READY 999",
     ),
     "pending map names a READY record": (
         lambda c: c.store._pending_by_hash.__setitem__(101, c.store.hash_to_checkpoint[101]),
-        "the COPYING index maps 101",
+        r"the COPYING index maps 101 to 0, which is not COPYING 101",
     ),
     "LRU lost a record": (
         lambda c: c.store._lru.popitem(last=False),
-        "the LRU holds",
+        r"the LRU holds \[0, 1, 2, 4\], the READY records are \[0, 1, 2, 3, 4\]",
     ),
     "evictable count off": (
         lambda c: setattr(c.store, "_num_evictable", c.store._num_evictable + 1),
-        "the evictable count is",
+        r"the evictable count is 2, not 1",
     ),
     "victim heap lost an entry": (
         lambda c: c.store._victims.remove(
             c.store.records[c.store.hash_to_checkpoint[104]].stamp
         ),
-        "missing from the victim heap",
+        r"evictable records missing from the victim heap: \[3\]",
     ),
     "victim heap out of order": (
         lambda c: c.store._victims.insert(0, 1 << 200),
-        "the victim heap is out of order",
+        r"the victim heap is out of order",
+    ),
+    "victim heap's first two swapped": (
+        lambda c: _swap_first_two(c.store._victims),
+        r"the victim heap is out of order",
     ),
     "slot queued and in flight": (
         lambda c: c.store._inflight_slots.add(8),
-        "a slot has restores in two places",
+        r"a slot has restores in two places \(G4\)",
+    ),
+    "slot queued and suspended": (
+        lambda c: c.store._suspended_slots.__setitem__(8, 99),
+        r"a slot has restores in two places \(G4\)",
     ),
     "in-flight slots lost one": (
         lambda c: c.store._inflight_slots.clear(),
-        "the in-flight slot set",
+        r"the in-flight slot set does not match the in-flight restores",
     ),
     "offload hashes lost one": (
         lambda c: c.store._op_hashes.clear(),
-        "the hashes with an offload operation",
+        r"the hashes with an offload operation do not match the operations",
     ),
     "reclaimable set holds a lease": (
         lambda c: c.store._reclaimable.__setitem__(_last(c.store._offload_pins), None),
-        "the reclaimable set",
+        r"the reclaimable set does not match the operations",
     ),
     "forfeit memory past its bound": (
         lambda c: setattr(c.store, "_forfeit_bound", 0),
-        "the forfeit memory",
+        r"the forfeit memory exceeds its bound or its heap",
+    ),
+    "a forfeited op not in the forfeit heap": (
+        lambda c: c.store._forfeit_heap.clear(),
+        r"the forfeit memory exceeds its bound or its heap",
     ),
     "a record's unit retagged": (
         lambda c: c.pool._pieces.__setitem__(_first_unit_of_last_record(c), 5),
-        "of record",
+        r"unit 10 of record 5 is tagged \(\('state-checkpoint', 5\), 5\)",
     ),
     "vacant heap holds a unit twice": (
         lambda c: c.pool._vacant.append(c.pool._vacant[-1]),
-        "the vacant heap holds a unit twice",
+        r"the vacant heap holds a unit twice",
     ),
     "vacant heap out of order": (
         lambda c: c.pool._vacant.insert(0, 39),
-        "the vacant heap is out of order",
+        r"the vacant heap is out of order",
+    ),
+    "vacant heap's first two swapped": (
+        lambda c: _swap_first_two(c.pool._vacant),
+        r"the vacant heap is out of order",
     ),
     "a free unit both vacant and cached": (
         lambda c: c.pool._cached.__setitem__(c.pool._vacant[0], 5),
-        "both vacant and cached",
+        lambda c: f"units both vacant and cached: [{c.pool._vacant[0]}]",
     ),
     "a free unit in neither": (
         lambda c: c.pool._vacant.pop(),
-        "but vacant + cached",
+        lambda c: (
+            f"free units {sorted(c.pool._vacant)} but vacant + cached"
+            f" {sorted(c.pool._vacant[:-1])}"  # the corruption pops the array's last unit
+        ),
     ),
     "a free unit with a piece": (
         lambda c: c.pool._pieces.__setitem__(c.pool._vacant[0], 3),
-        "a free unit carries a piece",
+        r"a free unit carries a piece",
     ),
     "an owner's count off": (
         lambda c: c.pool._held.__setitem__(("live-kv", 1), 3),
-        "an owner's unit count",
+        r"an owner's unit count is not the number of units tagged with it",
     ),
     "an owner's pieces with a gap": (
         lambda c: c.pool._pieces.__setitem__(c.pool._owners.index(("live-kv", 1)), 7),
-        "pieces are",
+        r"owner \('live-kv', 1\)'s pieces are \[1, 7\], not 0\.\.1",
     ),
     "a deferral left open": (
         lambda c: setattr(c.pool, "_defer", 1),
-        "a deferral is still open",
+        r"a deferral is still open between calls",
+    ),
+    "a deferred callback left behind": (
+        lambda c: c.pool._deferred.append(5),
+        r"a deferral is still open between calls",
     ),
     "pending key per sequence lost": (
         lambda c: c._pending_of_seq.clear(),
-        "the pending key per sequence",
+        r"the pending key per sequence does not match the pending boundaries",
     ),
     "pending sequences per hash lost": (
         lambda c: c._pending_by_hash.clear(),
-        "the pending sequences per hash",
+        r"the pending sequences per hash do not match the pending boundaries",
     ),
     "queued scratch per hash lost": (
         lambda c: c._scratch_by_hash.clear(),
-        "the queued scratch slots per hash",
+        r"the queued scratch slots per hash do not match the queue",
     ),
     "a drain left open": (
         lambda c: setattr(c, "_busy", "take_checkpoint_ops"),
-        "a drain or completion is still open",
+        r"a drain or completion is still open between calls",
     ),
 }
 
@@ -179,9 +209,22 @@ CORRUPTIONS: dict[str, tuple[Callable[[Any], None], str]] = {
 def test_self_check_names_each_corruption(name: str) -> None:
     corrupt, says = CORRUPTIONS[name]
     c = busy_world()
+    exact = says(c) if callable(says) else None
     corrupt(c)
     problems = c.self_check()
-    assert any(says in p for p in problems), problems
+    if exact is not None:
+        assert exact in problems, problems
+    else:
+        assert any(re.fullmatch(str(says), p) for p in problems), problems
+
+
+def test_the_forfeit_memory_full_to_its_bound_is_consistent() -> None:
+    """At exactly ``forfeit_bound`` forfeited operations (not past it) nothing is wrong."""
+    c = busy_world()
+    store = c.store
+    assert len(store._forfeited) == 1
+    store._forfeit_bound = 1
+    assert c.self_check() == []
 
 
 def test_the_kit_calls_the_store_s_self_check() -> None:
