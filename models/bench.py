@@ -829,10 +829,19 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
             else f" (the target compares {TARGET_CONCURRENCY_LEVELS[1]:,} with"
             f" {TARGET_CONCURRENCY_LEVELS[0]:,} running requests)"
         )
+        mix_note = (
+            " The two runs make different calls: the lower level's pool is"
+            f" {hi // lo}x smaller, so its KV prefix cache drops far more prefixes, nearly"
+            " all through cheap `unindex (found nothing)` calls that pull its mean per call"
+            " down (the per-method table; the one-pool line below holds the pool and the mix)."
+            if verdict_c is False
+            else ""
+        )
         lines.append(
             f"- Cost per call at {hi:,} / at {lo:,} running requests: {raw:.2f}"
             f" (target <= {TARGET_CONCURRENCY_RATIO:g}): **{_verdict(verdict_c)}**{why}."
-            " Context, not the target (the same ratio with the call mix held fixed): with the"
+            + mix_note
+            + " Context, not the target (the same ratio with the call mix held fixed): with the"
             f" {hi:,} run's per-method costs weighted by the {lo:,} run's call counts (methods,"
             f" and `unindex` by outcome): {mixed:.2f}; per unit of work, over the {lo:,} run's"
             f" work mix: {per_work:.2f}."

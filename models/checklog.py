@@ -753,7 +753,17 @@ class _Replay:
             diffs.append(Difference("ext", self.script.problems, ext))
         expected_post = _fingerprint(self.coordinator)
         if _dump(expected_post) != _dump(post):
-            diffs.append(Difference("post", expected_post, post))
+            # only the counters that differ (a missing one shows as null)
+            keys = sorted(
+                k for k in {*expected_post, *post} if expected_post.get(k) != post.get(k)
+            )
+            diffs.append(
+                Difference(
+                    "post",
+                    {k: expected_post.get(k) for k in keys},
+                    {k: post.get(k) for k in keys},
+                )
+            )
         return tuple(diffs)
 
 
@@ -782,7 +792,8 @@ def check_log(lines: Iterable[str | bytes], *, require_footer: bool = True) -> C
         try:
             text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
             # only the last line can lack its newline: one a running engine is writing
-            being_written = not require_footer and not text.endswith("\n")
+            unterminated = not text.endswith("\n")
+            being_written = not require_footer and unterminated
             text = text.rstrip("\r\n")
             if not text.strip():
                 raise _Unreadable("a blank line")
@@ -791,9 +802,15 @@ def check_log(lines: Iterable[str | bytes], *, require_footer: bool = True) -> C
             except json.JSONDecodeError as exc:
                 if being_written and replay is not None and cut is None:
                     # the last line, unless another comes (then it is reported as is)
-                    cut, cut_why = lineno, f"not JSON ({exc.msg} at column {exc.colno})"
+                    cut, cut_why = lineno, f"not JSON: {exc.msg} (column {exc.colno})"
                     continue
-                raise _Unreadable(f"not JSON ({exc.msg} at column {exc.colno})") from exc
+                hint = ""
+                if unterminated and replay is not None:
+                    hint = (
+                        "; it has no newline: if the log was cut off while being written,"
+                        " --allow-unclosed checks the lines before it"
+                    )
+                raise _Unreadable(f"not JSON: {exc.msg} (column {exc.colno}){hint}") from exc
             except ValueError as exc:  # e.g. an int past Python's digit limit
                 raise _Unreadable(f"not readable JSON ({exc})") from exc
             except RecursionError as exc:

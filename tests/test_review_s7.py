@@ -344,3 +344,25 @@ def test_any_error_out_of_a_drain_gives_up_the_ops_it_began() -> None:
     assert c.take_checkpoint_ops() == ((), ())
     assert pool.num_free == 5
     assert check_invariants(c.snapshot()) == []
+
+
+def test_a_post_mismatch_names_only_the_counters_that_differ() -> None:
+    """A fresh user's review: an edited ``post`` counter was shown as two whole dicts."""
+    lines = _small_log()
+    i = len(lines) - 2
+    obj = json.loads(lines[i])
+    obj["post"]["free"] += 1
+    lines[i] = json.dumps(obj)
+    result = CL.check_log(lines)
+    assert result.status == "mismatch" and result.line == i + 1
+    (post,) = [d for d in result.differences if d.field == "post"]
+    assert list(post.expected) == ["free"] and list(post.logged) == ["free"]
+    assert post.logged["free"] == post.expected["free"] + 1
+
+
+def test_a_cut_last_line_without_allow_unclosed_points_at_the_flag() -> None:
+    lines = _small_log()
+    text = "\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2]
+    result = CL.check_log(io.StringIO(text))
+    assert result.status == "unreadable" and result.line == len(lines)
+    assert "--allow-unclosed" in result.reason and "at at" not in result.reason
