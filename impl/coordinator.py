@@ -141,6 +141,8 @@ class PagedStateCheckpointCoordinator:
         self._pending_of_seq: dict[int, _PendingKey] = {}
         self._pending_by_hash: dict[int, dict[int, None]] = {}
         self._store_ops: list[CheckpointStoreOp] = []
+        # A store attempt of the drain is under way (its outcome not yet counted).
+        self._attempt = False
         # The drain or completion running now (re-entrancy guard), else None.
         self._busy: str | None = None
         self._transfer_units: dict[Hashable, tuple[int, ...]] = {}
@@ -355,13 +357,15 @@ class PagedStateCheckpointCoordinator:
             op = None
             if not store.contains_or_pending(h):
                 filed = len(store._inflight_stores)
+                self._attempt = True
                 try:
                     op = store.begin_store(h, slot)
-                except EvictionCallbackError:
+                except BaseException:
                     # The drain is given up (take_checkpoint_ops), this attempt counted as
-                    # dropped there. A record filed before the callback failed is given up
-                    # with the others: the slot is issued like theirs and returns at the
-                    # next completion; else it returns now, as for a refused store.
+                    # dropped there. A record filed before the callback failed (or was
+                    # interrupted) is given up with the others: the slot is issued like
+                    # theirs and returns at the next completion; else it returns now, as
+                    # for a refused store.
                     begun = len(store._inflight_stores) > filed
                     row = T.SCRATCH.step(T.S_QUEUED, "issue", "begun" if begun else "refused")
                     if begun:
@@ -370,6 +374,7 @@ class PagedStateCheckpointCoordinator:
                         scratch.release(slot)
                     self._took(T.SCRATCH, row, slot)
                     raise
+                self._attempt = False
             if op is None:
                 row = T.SCRATCH.step(T.S_QUEUED, "issue", "refused")
                 scratch.release(slot)
@@ -534,16 +539,15 @@ class PagedStateCheckpointCoordinator:
         first = len(store._inflight_stores)
         try:
             return self._drain()
-        except EvictionCallbackError:
-            self._give_up_drain(first, failed_attempt=True)
-            raise
         except BaseException:
-            # not an engine callback's error (none is expected here): the ops begun so far
-            # are still never handed out, so no copy can write units given back since
-            self._give_up_drain(first, failed_attempt=False)
+            # an on_evict callback's failure (EvictionCallbackError) or anything else, an
+            # interrupt included: the ops begun so far are never handed out, so no copy can
+            # write units given back since
+            self._give_up_drain(first)
             raise
         finally:
             self._busy = None
+            self._attempt = False
 
     def _enter(self, name: str) -> None:
         if self._busy is not None:
@@ -553,13 +557,13 @@ class PagedStateCheckpointCoordinator:
             )
         self._busy = name
 
-    def _give_up_drain(self, first: int, failed_attempt: bool) -> None:
+    def _give_up_drain(self, first: int) -> None:
         """Undo the stores this drain began (``take_checkpoint_ops``): see there.
 
         Every store attempt of a drain is counted when it ends: kept (its op was taken) or
-        dropped (refused). An ``EvictionCallbackError`` comes out of exactly one attempt,
-        whose reservation fired the failing callback and which was not counted yet
-        (``failed_attempt``): it is dropped with the ones given up."""
+        dropped (refused). An error out of an attempt (its reservation fired a callback
+        that failed or was interrupted) leaves that attempt uncounted (``_attempt``): it is
+        dropped with the ones given up."""
         store = self.store
         began = store._inflight_stores[first:]
         for cid in began:
@@ -567,7 +571,8 @@ class PagedStateCheckpointCoordinator:
             if rec is not None and rec.phase == T.COPYING:
                 store.unindex(rec.prefix_hash)
         self.checkpoints_kept -= len(self._store_ops)
-        self.checkpoints_dropped += len(self._store_ops) + (1 if failed_attempt else 0)
+        self.checkpoints_dropped += len(self._store_ops) + (1 if self._attempt else 0)
+        self._attempt = False
         self._store_ops = []
 
     def _drain(self) -> tuple[tuple[CheckpointStoreOp, ...], tuple[CheckpointRestoreOp, ...]]:
@@ -606,7 +611,9 @@ class PagedStateCheckpointCoordinator:
                 rec = records.get(cid)
                 if rec is not None and rec.phase == _READY:
                     continue
+            self._attempt = True  # counted when it ends (see _give_up_drain)
             op = store._begin(h, src)  # h checked when filed, src by sequence_slot
+            self._attempt = False
             if op is None:
                 self.checkpoints_dropped += 1
                 continue
@@ -907,7 +914,7 @@ class PagedStateCheckpointCoordinator:
             scratch.setdefault(h, {})[slot] = None
         if self._scratch_by_hash != scratch:
             out.append("the queued scratch slots per hash do not match the queue")
-        if self._busy is not None or self._store_ops:
+        if self._busy is not None or self._store_ops or self._attempt:
             out.append("a drain or completion is still open between calls")
         return out + self.store.self_check()
 

@@ -623,19 +623,20 @@ _EXTERNAL_ARGS = {
 }
 
 
-def _external_arg(log: EventLog, kind: str, value: Any, generic: Any) -> Any:
+def _external_arg(log: EventLog, kind: str, value: Any) -> Any:
     """How an ``attach_*`` call's offload index or scratch pool is logged: ``None`` as
     itself; an offload index (any object) as ``{"ext": "offload"}``; a scratch pool as
     ``{"ext": "scratch"}`` for the first pool seen and ``{"ext": "scratch#K"}`` for the K-th
-    other one; a value that is no scratch pool (the call refuses it) as the value it is
-    (``generic``), so that the replay is refused the same way."""
+    other one; a value that is no scratch pool (the call refuses it) as an opaque value with
+    its type name and repr, whatever it is (a sequence or a set rebuilt from its encoding
+    would print otherwise), so that the replay is refused with the same message."""
     if value is None:
         return None
     if kind != "scratch":
         return {"ext": kind}
     pool = _inner(value)
     if not isinstance(pool, ScratchSlotPool):
-        return generic
+        return {"object": type(value).__qualname__, "repr": safe_repr(value)}
     known = log._scratch_pools
     k = next((i for i, seen in enumerate(known) if seen is pool), None)
     if k is None:
@@ -690,11 +691,9 @@ def _wrap(
             # The offload index or scratch pool itself is not data: the replay puts a
             # stand-in there that answers what this one answered (each call's "ext").
             if args:
-                enc_args[0] = _external_arg(log, external, args[0], enc_args[0])
+                enc_args[0] = _external_arg(log, external, args[0])
             elif ext_param in kwargs:
-                enc_kwargs[ext_param] = _external_arg(
-                    log, external, kwargs[ext_param], enc_kwargs[ext_param]
-                )
+                enc_kwargs[ext_param] = _external_arg(log, external, kwargs[ext_param])
         seqs = [encode(s, seq_id) for s, _h in c._pending.values()] if drain else None
         frame = _Frame()
         frames.append(frame)

@@ -78,6 +78,11 @@ COORDINATOR_CALLS: frozenset[str] = frozenset(wire.COORDINATOR_CALLS)
 POOL_CALLS: frozenset[str] = frozenset(wire.POOL_CALLS)
 POOL_KV_CALLS: frozenset[str] = frozenset(wire.POOL_KV_CALLS)
 
+#: The largest pool a replay builds: the reference model's pool keeps every free unit in a
+#: set, about 60 bytes a unit (16,777,216 units: about 1 GiB), so that an edited header
+#: cannot make the checker exhaust memory instead of giving a verdict.
+MAX_REPLAY_UNITS = 1 << 24
+
 _HEADER_FIELDS = (
     "spec",
     "num_units",
@@ -253,6 +258,10 @@ class _OpaqueInt(int):
 
     def __repr__(self) -> str:
         return self._text
+
+    def __str__(self) -> str:
+        # the plain number, as an IntEnum's str() and an f-string give (Python >= 3.11)
+        return int.__repr__(self)
 
 
 def _opaque_int(n: int, type_name: str, text: str) -> int:
@@ -611,8 +620,14 @@ class _Replay:
         self.other_scratch: dict[str, _Scratch] = {}
         self.seqs: dict[int, _Seq] = {}
         self.rows = _RowOrder()
+        units = header["num_units"]
+        if type(units) is int and units > MAX_REPLAY_UNITS:
+            raise _Unreadable(
+                f"the header's pool has {units:,} units; the reference model replays at most"
+                f" {MAX_REPLAY_UNITS:,} (it keeps a set of every free unit)"
+            )
         try:
-            pool = R.UnitPool(header["num_units"])
+            pool = R.UnitPool(units)
             c = R.PagedStateCheckpointCoordinator(
                 pool,
                 spec,

@@ -142,6 +142,13 @@ def _positive(_inst: object, attribute: attrs.Attribute[int], value: int) -> Non
         raise ValueError(f"ConformanceConfig.{attribute.name} must be an int >= 1, got {value!r}")
 
 
+def _number(_inst: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(
+            f"ConformanceConfig.{attribute.name} must be a number of seconds, got {value!r}"
+        )
+
+
 def _non_negative(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"ConformanceConfig.{attribute.name} must be an int >= 0, got {value!r}")
@@ -207,7 +214,7 @@ class ConformanceConfig:
     max_offload_inflight: int = attrs.field(default=4, validator=_positive)
     backlog_cap: int = attrs.field(default=3, validator=_positive)
     forfeit_bound: int = attrs.field(default=2, validator=_positive)
-    timeout_s: float = 10.0
+    timeout_s: float = attrs.field(default=10.0, validator=_number)
     transfers: int = attrs.field(default=1, validator=_non_negative)
     leases: bool = True
     suspend: bool = True
@@ -698,9 +705,10 @@ class ConformanceMachine(RuleBasedStateMachine):
             forfeit_bound=c.forfeit_bound,
             change_log_size=c.change_log_size,
         )
+        needed = ("snapshot", "checkpoint", "take_checkpoint_ops")
         missing = [
             name
-            for name in ("snapshot", "checkpoint", "take_checkpoint_ops", "store")
+            for name in needed + (("store",) if c.store_calls else ())
             if not hasattr(self.sut, name)
         ]
         if missing:
