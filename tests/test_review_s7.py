@@ -45,6 +45,18 @@ def _scratch_world(on_evict: Any) -> tuple[Any, Any, Any]:
     return c, pool, sp
 
 
+def _scratch_slots_accounted(c: Any, sp: Any) -> set[int]:
+    """Every scratch slot the pool or the coordinator accounts for: free, reserved,
+    queued or issued (a slot in none of them is lost)."""
+    s = c.snapshot()
+    return (
+        set(sp.free_slots)
+        | set(s.scratch_reserved)
+        | {slot for _h, slot in s.scratch_queued}
+        | set(s.scratch_issued)
+    )
+
+
 # --- 1. coordinator: a failing callback in the scratch part of the drain --------------------
 
 
@@ -70,13 +82,7 @@ def test_a_failing_callback_in_the_scratch_drain_does_not_leak_its_scratch_slot(
     with pytest.raises(EvictionCallbackError):
         c.take_checkpoint_ops()
     c.complete_previous_batch()
-    s = c.snapshot()
-    held = (
-        set(sp.free_slots)
-        | set(s.scratch_reserved)
-        | {slot for _h, slot in s.scratch_queued}
-        | set(s.scratch_issued)
-    )
+    held = _scratch_slots_accounted(c, sp)
     assert held == {50, 51}  # was: {51}
 
 

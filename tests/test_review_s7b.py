@@ -8,16 +8,15 @@ exhausted memory on a header with a huge pool; the conformance kit demanded ``st
 from __future__ import annotations
 
 import enum
-import io
 from typing import Any
 
 import pytest
 from conftest import Seq, spec
+from test_review_s7 import _logged, _scratch_slots_accounted, _scratch_world
 
 from pagedstate import impl as I
-from pagedstate.impl import eventlog as EL
 from pagedstate.models import checklog as CL
-from pagedstate.spec import PagedStateError
+from pagedstate.spec import EvictionCallbackError
 
 
 def _interrupt(h: int) -> None:
@@ -25,28 +24,13 @@ def _interrupt(h: int) -> None:
 
 
 def test_an_interrupt_in_the_scratch_drain_does_not_leak_its_scratch_slot() -> None:
-    pool = I.UnitPool(6)
-    c = I.PagedStateCheckpointCoordinator(pool, spec(10, 25), True, readable_midstep=True)
-    c.checkpoint(Seq(0), 1, 101)
-    c.take_checkpoint_ops()
-    c.complete_previous_batch()
-    kv = pool.reserve_units(3, ("kv", 0))
-    pool.cache_units(kv, ("kv", 0), [301, 302, 303])
-    sp = I.SlotPool([50, 51])
-    c.attach_midstep_scratch(sp, 8)
-    pool.on_evict = _interrupt
+    c, pool, sp = _scratch_world(_interrupt)  # the world of review s7's scratch tests
     c.publish_midstep(c.reserve_midstep(Seq(1), [(5, 909)]))
     with pytest.raises(KeyboardInterrupt):
         c.take_checkpoint_ops()
     pool.on_evict = None
     c.complete_previous_batch()
-    s = c.snapshot()
-    held = (
-        set(sp.free_slots)
-        | set(s.scratch_reserved)
-        | {slot for _h, slot in s.scratch_queued}
-        | set(s.scratch_issued)
-    )
+    held = _scratch_slots_accounted(c, sp)
     assert held == {50, 51}
 
 
@@ -63,7 +47,7 @@ def test_an_interrupted_boundary_store_is_counted_as_dropped() -> None:
         pool.on_evict = on_evict
         c.checkpoint(Seq(0), 1, 101)  # takes the 2 vacant units
         c.checkpoint(Seq(1), 1, 102)  # needs cached KV: the callback fails
-        with pytest.raises(BaseException):
+        with pytest.raises((EvictionCallbackError, KeyboardInterrupt)):
             c.take_checkpoint_ops()
         return c.checkpoint_fates()
 
@@ -81,21 +65,6 @@ def test_an_interrupted_boundary_store_is_counted_as_dropped() -> None:
 class Colour(enum.IntEnum):
     RED = 3
     BELOW = -1
-
-
-def _logged(run: Any) -> list[str]:
-    c = I.PagedStateCheckpointCoordinator(
-        I.UnitPool(8), spec(10, 20), True, readable_midstep=True
-    )
-    c.attach_midstep_scratch(I.SlotPool([50, 51]), 4)
-    buf = io.StringIO()
-    EL.attach(c, EL.EventLog(buf))
-    try:
-        run(c)
-    except PagedStateError:
-        pass
-    EL.detach(c)
-    return buf.getvalue().splitlines()
 
 
 @pytest.mark.parametrize(
@@ -195,7 +164,8 @@ def test_the_kit_runs_a_coordinator_without_a_store_when_store_calls_is_off() ->
         derandomize=True,
         suppress_health_check=list(HealthCheck),
     )
-    K.run_conformance(_NoStore, I.UnitPool, settings=s, config=K.ConformanceConfig(store_calls=False))
+    config = K.ConformanceConfig(store_calls=False)
+    K.run_conformance(_NoStore, I.UnitPool, settings=s, config=config)
 
 
 @pytest.mark.parametrize("timeout", [None, "10"])
