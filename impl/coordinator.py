@@ -22,7 +22,7 @@ queued); the owner for ``transfer``.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from pagedstate.spec import tables as T
@@ -33,7 +33,7 @@ from pagedstate.spec.errors import (
     StaleReservationError,
     UnknownOperationError,
 )
-from pagedstate.spec.protocols import need_coordinator_args
+from pagedstate.spec.protocols import need_coordinator_args, need_scratch_pool
 from pagedstate.spec.sequences import need_sequence, sequence_slot
 from pagedstate.spec.snapshot import Snapshot
 from pagedstate.spec.types import (
@@ -75,6 +75,15 @@ def _need_transfer_owner(owner: Hashable) -> None:
 def _free_slots(scratch: object) -> frozenset[int] | None:
     free = getattr(scratch, "free_slots", None)
     return None if free is None else frozenset(free)
+
+
+def _by_hash(pairs: Iterable[tuple[int, int]]) -> dict[int, dict[int, None]]:
+    """``(key, h)`` pairs grouped as ``{h: {key: None}}``, in order (the shape of the
+    coordinator's per-hash indexes)."""
+    out: dict[int, dict[int, None]] = {}
+    for key, h in pairs:
+        out.setdefault(h, {})[key] = None
+    return out
 
 
 class PagedStateCheckpointCoordinator:
@@ -219,17 +228,8 @@ class PagedStateCheckpointCoordinator:
                 the same pool (a new budget) is always allowed.
         """
         need_int("max_ops_per_batch", max_ops_per_batch, 0)
-        if not isinstance(slot_pool, ScratchSlotPool):
-            raise InvalidArgumentError(
-                f"slot_pool must offer has_free, pop and release, got {slot_pool!r}"
-            )
         out = len(self._scratch_reserved) + len(self._scratch_queued) + len(self._scratch_issued)
-        if slot_pool is not self._scratch and out:
-            raise InvalidArgumentError(
-                f"slot_pool: {out} scratch slot(s) of the attached pool are out (reserved,"
-                " queued or issued); they must go back to it before another pool is attached"
-                " (complete the batch, cancel the reservations)"
-            )
+        need_scratch_pool(slot_pool, self._scratch, out)
         self._scratch = slot_pool
         self._max_ops_per_batch = max_ops_per_batch
 
@@ -521,11 +521,13 @@ class PagedStateCheckpointCoordinator:
         waiting in this drain (SPEC A.4, G5). O(pending + restores + scratch issued), each
         paid for by its filing.
 
-        If the engine's ``on_evict`` raises during the drain, every store this drain began
-        is given up before the error propagates: its record is unindexed (it becomes
-        EVICTING and the next completion releases its units, which no copy wrote), its op is
-        never returned, and it counts as dropped; the restores stay queued for the next
-        drain. Without this, the next completion would publish images whose copy never ran.
+        If the engine's ``on_evict`` raises during the drain (or anything else interrupts
+        it), every store this drain began is given up before the error propagates: its
+        record is unindexed (it becomes EVICTING and the next completion releases its units,
+        which no copy wrote), its op is never returned, and it counts as dropped, as does
+        the attempt the error came out of; the scratch slots of given-up stores return at
+        the next completion; the restores stay queued for the next drain. Without this, the
+        next completion would publish images whose copy never ran.
 
         Raises:
             InvalidArgumentError: a pending sequence's ``state_slot`` is non-negative but not
@@ -898,21 +900,15 @@ class PagedStateCheckpointCoordinator:
         sentences (empty: none): the pending boundaries' per-sequence and per-hash indexes
         match the boundaries, the queued scratch stores' per-hash index matches the queue,
         and no drain or completion is running between calls. For tests and the conformance
-        kit, which calls a ``self_check`` of the store under test after every step.
-        O(state + num_units)."""
+        kit, which calls a ``self_check`` of the store under test after every step. Never
+        raises. O(state + num_units)."""
         out: list[str] = []
         of_seq = {key[0]: key for key in self._pending}
         if self._pending_of_seq != of_seq:
             out.append("the pending key per sequence does not match the pending boundaries")
-        by_hash: dict[int, dict[int, None]] = {}
-        for (sid, h) in self._pending:
-            by_hash.setdefault(h, {})[sid] = None
-        if self._pending_by_hash != by_hash:
+        if self._pending_by_hash != _by_hash((sid, h) for sid, h in self._pending):
             out.append("the pending sequences per hash do not match the pending boundaries")
-        scratch: dict[int, dict[int, None]] = {}
-        for slot, h in self._scratch_queued.items():
-            scratch.setdefault(h, {})[slot] = None
-        if self._scratch_by_hash != scratch:
+        if self._scratch_by_hash != _by_hash(self._scratch_queued.items()):
             out.append("the queued scratch slots per hash do not match the queue")
         if self._busy is not None or self._store_ops or self._attempt:
             out.append("a drain or completion is still open between calls")

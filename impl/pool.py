@@ -310,7 +310,8 @@ class UnitPool:
         unit is in exactly one of the vacant min-heap and the cached LRU, and no tagged one
         is; the heap keeps its order; free units carry piece 0; each owner's count is the
         number of units tagged with it, and its pieces are ``0..count-1``; no deferral is
-        open. For tests and the conformance kit (its ``self_check`` hook). O(num_units).
+        open. For tests and the conformance kit (its ``self_check`` hook). Never raises.
+        O(num_units).
         """
         out: list[str] = []
         owners, pieces = self._owners, self._pieces

@@ -1225,7 +1225,7 @@ class PageUnitCheckpointStore:
         one place each; the offload indexes match the offload operations; every record's
         units are tagged with it in the pool (a production pool's own :meth:`UnitPool.
         self_check` too). For tests and the conformance kit (its ``self_check`` hook).
-        O(state + num_units)."""
+        Never raises. O(state + num_units)."""
         out: list[str] = []
         records = self.records
         for index, phase in ((self.hash_to_checkpoint, _READY), (self._pending_by_hash, _COPYING)):

@@ -40,7 +40,7 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from pagedstate.spec import errors as E
 from pagedstate.spec import tables as T
@@ -236,18 +236,29 @@ _OPAQUE_TYPES: dict[str, type[_Opaque]] = {}
 _OPAQUE_INT_TYPES: dict[str, type[_OpaqueInt]] = {}
 
 
+def _named_subclass(
+    cache: dict[str, type[_T]], key: str, base: type[_T], type_name: str, ns: dict[str, Any]
+) -> type[_T]:
+    """The subclass of ``base`` named ``type_name`` (a ``__qualname__``) with class
+    attributes ``ns``, made once per ``key`` (``cache`` is cleared past 4096 entries)."""
+    cls = cache.get(key)
+    if cls is None:
+        if len(cache) >= 4096:
+            cache.clear()
+        cls = cast(
+            "type[_T]",
+            type(type_name.rsplit(".", 1)[-1], (base,), {"__slots__": (), **ns}),
+        )
+        cls.__qualname__ = type_name
+        cache[key] = cls
+    return cls
+
+
 def _opaque(type_name: str, text: str) -> _Opaque:
     """A stand-in for a value of type ``type_name`` (a ``__qualname__``) whose repr was
     ``text``: an instance of a subclass of :class:`_Opaque` of that name, so that an error
     message naming the value's type names the original one."""
-    cls = _OPAQUE_TYPES.get(type_name)
-    if cls is None:
-        if len(_OPAQUE_TYPES) >= 4096:
-            _OPAQUE_TYPES.clear()
-        cls = type(type_name.rsplit(".", 1)[-1], (_Opaque,), {"__slots__": ()})
-        cls.__qualname__ = type_name
-        _OPAQUE_TYPES[type_name] = cls
-    return cls(type_name, text)
+    return _named_subclass(_OPAQUE_TYPES, type_name, _Opaque, type_name, {})(type_name, text)
 
 
 class _OpaqueInt(int):
@@ -268,14 +279,7 @@ def _opaque_int(n: int, type_name: str, text: str) -> int:
     """A stand-in for an instance of the int subclass ``type_name`` (a ``__qualname__``)
     with value ``n`` and repr ``text``: it encodes, compares and prints as the original."""
     key = f"{type_name}\0{text}"
-    cls = _OPAQUE_INT_TYPES.get(key)
-    if cls is None:
-        if len(_OPAQUE_INT_TYPES) >= 4096:
-            _OPAQUE_INT_TYPES.clear()
-        cls = type(type_name.rsplit(".", 1)[-1], (_OpaqueInt,), {"__slots__": (), "_text": text})
-        cls.__qualname__ = type_name
-        _OPAQUE_INT_TYPES[key] = cls
-    return cls(n)
+    return _named_subclass(_OPAQUE_INT_TYPES, key, _OpaqueInt, type_name, {"_text": text})(n)
 
 
 def _stand_in(value: Any) -> Any:
@@ -303,6 +307,7 @@ def encode(value: Any) -> Any:
 
 
 _NAN = float("nan")
+_T = TypeVar("_T")
 
 #: An outside object's name in the log: the offload index, the first scratch pool, or the
 #: K-th other scratch pool (``scratch#K``, K >= 1).

@@ -441,15 +441,6 @@ def _some_record_units(m: ConformanceMachine) -> tuple[int, tuple[int, ...]]:
     return -1, (0,)
 
 
-def _forged_lease(s: _Side, m: ConformanceMachine) -> Any:
-    if m.lease_pairs:
-        lease = s.pick(m.lease_pairs[-1])
-        forged = attrs.evolve(lease, lease_id=lease.lease_id + 10_000)
-    else:
-        forged = SuspendedCheckpointRestore(0, _dummy_restore_op(m), 10_000)
-    return s.coord.release_suspended_restore(forged)
-
-
 def _forged_lease_id(lease_id: Callable[[ConformanceMachine], Any]) -> BadInput:
     """Release a lease whose id is ``lease_id(m)`` (else the newest lease's fields): an id
     never handed out, or not an id at all."""
@@ -566,7 +557,9 @@ BAD_INPUTS: Mapping[str, BadInput] = MappingProxyType(
         "reserve_transfer_none": lambda s, m: s.coord.reserve_transfer_units(None),
         "reserve_transfer_unhashable": lambda s, m: s.coord.reserve_transfer_units(["x"]),
         "adopt_str_hash": lambda s, m: s.coord.adopt_transfer_units(("load", 0), "1"),
-        "forged_lease": _forged_lease,
+        "forged_lease": _forged_lease_id(
+            lambda m: (m.lease_pairs[-1].ref.lease_id if m.lease_pairs else 0) + 10_000
+        ),
         "forged_lease_negative_id": _forged_lease_id(lambda m: -1),
         "forged_lease_next_id": _forged_lease_id(lambda m: m.snap_ref.next_lease_id),
         "forged_lease_bool_id": _forged_lease_id(lambda m: True),

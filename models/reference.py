@@ -54,7 +54,7 @@ from pagedstate.spec.guards import (
     reclaimed_by_cases,
     units_available_by_walk,
 )
-from pagedstate.spec.protocols import need_coordinator_args, need_pool
+from pagedstate.spec.protocols import need_coordinator_args, need_pool, need_scratch_pool
 from pagedstate.spec.sequences import need_sequence, sequence_slot
 from pagedstate.spec.snapshot import OffloadPinView, RecordView, Snapshot
 from pagedstate.spec.tables import Row, Table
@@ -1279,17 +1279,8 @@ class PagedStateCheckpointCoordinator(_Stepper):
                 the same pool (a new budget) is always allowed.
         """
         _need_int("max_ops_per_batch", max_ops_per_batch, 0)
-        if not isinstance(slot_pool, ScratchSlotPool):
-            raise InvalidArgumentError(
-                f"slot_pool must offer has_free, pop and release, got {slot_pool!r}"
-            )
         out = len(self._scratch_reserved) + len(self._scratch_queued) + len(self._scratch_issued)
-        if slot_pool is not self._scratch and out:
-            raise InvalidArgumentError(
-                f"slot_pool: {out} scratch slot(s) of the attached pool are out (reserved,"
-                " queued or issued); they must go back to it before another pool is attached"
-                " (complete the batch, cancel the reservations)"
-            )
+        need_scratch_pool(slot_pool, self._scratch, out)
         self._scratch = slot_pool
         self._max_ops_per_batch = max_ops_per_batch
 

@@ -31,6 +31,7 @@ __all__ = [
     "CopyExecutorProtocol",
     "need_pool",
     "need_coordinator_args",
+    "need_scratch_pool",
 ]
 
 
@@ -281,6 +282,29 @@ def need_pool(pool: object) -> None:
             f"pool must be a unit pool (num_units, num_free, has_free, reserve_units,"
             f" release_units, rekey_units, owner_of, is_dirty, dirty_units, mark_clean),"
             f" got {pool!r}"
+        )
+
+
+def need_scratch_pool(slot_pool: object, attached: object, slots_out: int) -> None:
+    """Check an ``attach_midstep_scratch`` argument: ``slot_pool`` is a scratch slot pool
+    (:class:`~pagedstate.spec.types.ScratchSlotPool`), and it is the ``attached`` pool
+    unless none of that pool's slots are out (``slots_out``: reserved, queued or issued;
+    they go back to the pool they came from). Both coordinators call it, so they refuse
+    with the same message.
+
+    Raises:
+        InvalidArgumentError: ``slot_pool`` lacks ``has_free``, ``pop`` or ``release``, or
+            is another pool while ``slots_out > 0``.
+    """
+    if not isinstance(slot_pool, ScratchSlotPool):
+        raise InvalidArgumentError(
+            f"slot_pool must offer has_free, pop and release, got {slot_pool!r}"
+        )
+    if slot_pool is not attached and slots_out:
+        raise InvalidArgumentError(
+            f"slot_pool: {slots_out} scratch slot(s) of the attached pool are out (reserved,"
+            " queued or issued); they must go back to it before another pool is attached"
+            " (complete the batch, cancel the reservations)"
         )
 
 
