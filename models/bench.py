@@ -15,13 +15,17 @@ store, default ``pagedstate.impl``) and ``--ref`` (default ``pagedstate.models.r
 When ``--impl`` cannot be imported or lacks ``UnitPool`` / ``PagedStateCheckpointCoordinator``,
 the reference stands in for it, the output says so on every table, and no target is judged.
 
-Workload, fixed across concurrency levels so that the mix of calls stays comparable: every
-request arrives at time 0 (a saturated queue); the pool holds ``--units-per-slot`` units per
-running request; decode advances ``1024 // concurrency`` tokens per request per pass (the
-same decode tokens per pass at every level); chunks of ``--chunk-blocks`` blocks; two units
-per checkpoint image. The replay stops when no request is left waiting, so the figures
+Workload, fixed across concurrency levels so that only the number of running requests
+changes: every request arrives at time 0 (a saturated queue); every level runs on one pool
+of ``--pool-units`` units (default: ``--units-per-slot`` units for each slot of the highest
+level, 40 x 1,024), as one GPU's KV pool does when only the scheduler's limit on running
+requests is changed; decode advances ``1024 // concurrency`` tokens per request per pass
+(the same decode tokens per pass at every level); chunks of ``--chunk-blocks`` blocks; two
+units per checkpoint image. The replay stops when no request is left waiting, so the figures
 cover the saturated part of the run only. The cyclic garbage collector is off during each
-replay.
+replay. A second set of production runs gives each level a pool of ``--units-per-slot``
+units per slot instead (the pool grows with the concurrency): context that shows how the
+call mix moves with the pool, not a target.
 
 Each production measurement replays ``--repeat`` times (3) and takes, call by call, the
 fastest replay: the replay is deterministic, so the i-th call is the same call every time,
@@ -88,7 +92,11 @@ class BenchOptions:
     trace: Path = DEFAULT_TRACE
     requests: int = 3000
     concurrency: tuple[int, ...] = (64, 256, 1024)
+    #: Pool units per slot of the highest concurrency level (the one-pool runs), and per slot
+    #: of every level in the grown-pool runs.
     units_per_slot: int = 40
+    #: Pool units of every concurrency run; 0: ``units_per_slot`` x the highest level.
+    pool_units: int = 0
     chunk_blocks: int = 4
     units_per_checkpoint: int = 2
     records: tuple[int, ...] = (1000, 1_000_000)
@@ -131,13 +139,26 @@ def _peak_rss_mib() -> float:
     return peak / (1024.0 * 1024.0) if sys.platform == "darwin" else peak / 1024.0
 
 
+def _one_pool(o: BenchOptions) -> int:
+    """Units of the pool every concurrency level shares (``BenchOptions.pool_units``)."""
+    return o.pool_units or max(o.concurrency) * o.units_per_slot
+
+
 def _config(
-    o: BenchOptions, concurrency: int, extra_units: int = 0, units_per_slot: int | None = None
+    o: BenchOptions,
+    concurrency: int,
+    extra_units: int = 0,
+    units_per_slot: int | None = None,
+    *,
+    pool_units: int | None = None,
 ) -> EngineConfig:
+    """The engine configuration of one run: ``pool_units`` units, or else
+    ``units_per_slot`` (default ``o.units_per_slot``) per slot, plus ``extra_units``."""
     per_slot = o.units_per_slot if units_per_slot is None else units_per_slot
+    units = concurrency * per_slot if pool_units is None else pool_units
     return EngineConfig(
         max_running=concurrency,
-        pool_units=concurrency * per_slot + extra_units,
+        pool_units=units + extra_units,
         units_per_checkpoint=o.units_per_checkpoint,
         chunk_blocks=o.chunk_blocks,
         decode_tokens_per_pass=max(1, 1024 // concurrency),
@@ -334,6 +355,29 @@ def _locality_control(
     return out
 
 
+def _locality_verdict(sf: float, ss: float, df: float, ds: float) -> str:
+    """What the locality control shows, from the growth (higher level / lower level) of the
+    store's ``unindex`` and of a plain ``dict.pop``, in filing (``sf``, ``df``) and shuffled
+    (``ss``, ``ds``) order. The store is suspect only when it grows more than 15% beyond the
+    plain dict in either order."""
+    if sf > 1.15 * df or ss > 1.15 * ds:
+        return (
+            "In this run the store grows more than 15% beyond the plain dict: look for per-call"
+            " work that scales with the number of records."
+        )
+    if sf < ss and abs(ss - ds) <= 0.15 * ds:
+        return (
+            "The store grows less in filing order than shuffled, and shuffled about as"
+            " much as the plain dict (within 15%): in this run the growth follows the"
+            " memory hierarchy (objects spread over more cache lines and pages), not"
+            " per-call work that scales with the number of records."
+        )
+    return (
+        "In this run the store grows no more than 15% beyond the plain dict in either order:"
+        " no sign of per-call work that scales with the number of records."
+    )
+
+
 def _fmt(x: float) -> str:
     return f"{x:,.2f}" if x < 100 else f"{x:,.0f}"
 
@@ -413,10 +457,12 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
     if stand_in is not None:
         say(f"NOTE: {stand_in}; the reference stands in for the production store")
 
+    # Every level on one pool: only the number of running requests changes.
+    one_pool = _one_pool(o)
     conc: dict[int, tuple[EngineResult, EngineResult]] = {}
     for c in o.concurrency:
-        cfg = _config(o, c)
-        say(f"concurrency {c}: production ...")
+        cfg = _config(o, c, pool_units=one_pool)
+        say(f"concurrency {c}, pool of {one_pool:,} units: production ...")
         p = _replay(prod_mod, cfg, trace, repeat=o.repeat)
         if stand_in is None:
             say(f"concurrency {c}: reference ...")
@@ -427,35 +473,28 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         say(f"  production {_us(p):.2f} us/call, reference {_us(r):.2f} us/call")
 
     lo_conc, hi_conc = min(o.concurrency), max(o.concurrency)
+    # Context: a pool that grows with the slots (``units_per_slot`` per slot). Its KV prefix
+    # cache, and with it the call mix, changes with the concurrency as well.
+    grown: dict[int, EngineResult] = {}
+    if stand_in is None and lo_conc != hi_conc:
+        for c in o.concurrency:
+            say(f"concurrency {c}, pool of {o.units_per_slot} units per slot: production ...")
+            grown[c] = _replay(prod_mod, _config(o, c), trace, repeat=o.repeat)
+
     locality: dict[int, dict[str, float]] = {}
     if stand_in is None and lo_conc != hi_conc:
         for c in (lo_conc, hi_conc):
             say(f"locality control at {c} ...")
             locality[c] = _locality_control(prod_mod, o, c)
 
-    # The same requests served to the end at the lowest and highest concurrency: the store
-    # time each request costs, whatever number of calls it takes.
+    # The same requests served to the end at the lowest and highest concurrency (grown
+    # pools): the store time each request costs, whatever number of calls it takes.
     full: dict[int, EngineResult] = {}
     if stand_in is None and lo_conc != hi_conc:
         for c in (lo_conc, hi_conc):
-            say(f"concurrency {c}, run to completion: production ...")
+            say(f"concurrency {c}, grown pool, run to completion: production ...")
             full[c] = _replay(
                 prod_mod, replace(_config(o, c), stop_when_drained=False), trace, repeat=o.repeat
-            )
-
-    # Concurrency alone: every level on the pool of the highest level, so the number of
-    # running requests is the only thing that changes (the runs above grow the pool with
-    # the slots, which changes the KV prefix cache and with it the call mix).
-    same_pool: dict[int, EngineResult] = {}
-    same_pool_units = hi_conc * o.units_per_slot
-    if stand_in is None and lo_conc != hi_conc:
-        for c in o.concurrency:
-            say(f"concurrency {c}, pool of {same_pool_units:,} units: production ...")
-            same_pool[c] = _replay(
-                prod_mod,
-                replace(_config(o, c), pool_units=same_pool_units),
-                trace,
-                repeat=o.repeat,
             )
 
     rec_runs: list[tuple[str, int, EngineResult]] = []
@@ -503,9 +542,17 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         " drops a hash, timed in two rows: `unindex (orphaned)` when the call dropped a"
         " checkpoint, pending boundary or queued scratch store (the engine counters' orphaned"
         " column) and `unindex (found nothing)` otherwise);"
-        f" {o.units_per_slot} pool units per slot, {o.units_per_checkpoint}"
-        " units per image, `1024 // concurrency` decode tokens per request per pass; the"
-        " replay stops when nothing is left waiting.",
+        f" every level on one pool of {one_pool:,} units"
+        + (
+            f" ({o.units_per_slot} per slot of the highest level)"
+            if one_pool == hi_conc * o.units_per_slot
+            else ""
+        )
+        + ", as an engine on one GPU runs when only the scheduler's limit on running requests"
+        f" changes; {o.units_per_checkpoint} units per image, `1024 // concurrency` decode"
+        " tokens per request per pass; the replay stops when nothing is left waiting. A pool"
+        " that grows with the slots changes the KV prefix cache, and with it the call mix,"
+        " together with the concurrency: those runs are context, further down.",
         "",
         "How it is measured: `perf_counter_ns` is read just before and after every call"
         " (the bookkeeping comes after the second read); the timer's own floor, measured as"
@@ -570,12 +617,11 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         lines.append(row)
     lines += [
         "",
-        "The workload is not the same at every concurrency: the pool grows with the slots, so"
-        " the KV prefix cache holds more, more requests resume, the share of `unindex` calls"
-        " that orphan something changes, and a drain or a completion handles as many ops as"
-        " the pass filed. A method's mean can therefore move with concurrency for what its"
-        " calls do, not only for how the store scales; the live-records runs below repeat one"
-        " identical call sequence and isolate the latter.",
+        "The pool is the same at every level, but a call's work still moves with the"
+        " concurrency: a drain or a completion handles as many ops as the pass filed, and"
+        " more running requests file more per pass (the per-unit-of-work table below); the"
+        " live-records runs further down repeat one identical call sequence and isolate how"
+        " the store scales with what it holds.",
         "",
         "### Per unit of work (production)",
         "",
@@ -611,16 +657,86 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         lines.append(row)
     lines += [
         "",
+        "### Engine counters (production, one pool)",
+        "",
+        "| running requests | passes | admitted | completed | KV hits | resumable hits"
+        " (restores) | blocks resumed | checkpoints filed | kept | dropped | evicted | orphaned"
+        " | unindex calls |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c, (p, _r) in conc.items():
+        cn, f = p.counters, p.fates
+        lines.append(
+            f"| {c:,} | {cn['passes']:,} | {cn['admitted']:,} | {cn['completed']:,} |"
+            f" {cn['kv_hits']:,} | {cn['restores']:,} | {cn['hit_blocks']:,} |"
+            f" {cn['checkpoints_filed']:,} | {f['checkpoints_kept']:,} |"
+            f" {f['checkpoints_dropped']:,} | {f['checkpoints_evicted']:,} |"
+            f" {f['checkpoints_orphaned']:,} | {cn['unindexed']:,} |"
+        )
+    if grown:
+        gl, gh = grown[lo_conc], grown[hi_conc]
+        g_ratio = _us(gh) / _us(gl) if _us(gl) else 0.0
+        g_mix = _fixed_mix_us(gh, gl) / _us(gl) if _us(gl) else 0.0
+        lines += [
+            "",
+            "### When the pool grows with the slots (production)",
+            "",
+            f"The same replay with a pool of {o.units_per_slot} units per slot at every level,"
+            " so the pool (and the KV prefix cache in it) grows with the concurrency. A"
+            " smaller pool drops more prefixes, nearly all through cheap `unindex (found"
+            " nothing)` calls, and those pull the mean per call down: the levels make"
+            " different calls, so their mean per call compares call mixes as much as the"
+            f" store. Fastest of {o.repeat} replays call by call. Context, not a target:",
+            "",
+            "| running requests | pool units | store calls | `unindex (found nothing)` calls |"
+            " µs/call | one replay | completed |",
+            "|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for c, gr in grown.items():
+            misses = gr.timings.get(UNINDEX_MISS, [0, 0])[1]
+            lines.append(
+                f"| {c:,} | {gr.config.pool_units:,} | {_store_calls(gr):,} | {misses:,} |"
+                f" {_fmt(_us(gr))} | {_fmt(gr.extra['plain_us'])} |"
+                f" {gr.counters['completed']:,} |"
+            )
+        lines += [
+            "",
+            f"Per method (calls, µs per call) at {lo_conc:,} and {hi_conc:,} running requests:",
+            "",
+            f"| method | calls @{lo_conc} | µs @{lo_conc} | calls @{hi_conc} | µs @{hi_conc} |"
+            f" µs @{hi_conc} / @{lo_conc} |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for m in sorted({*gl.timings, *gh.timings}):
+            cells = ""
+            for gr in (gl, gh):
+                if m in gr.timings:
+                    cells += f" {gr.timings[m][1]:,} | {_fmt(_us(gr, m))} |"
+                else:
+                    cells += " 0 | - |"
+            ok = m in gl.timings and m in gh.timings and _us(gl, m) > 0
+            cells += f" {_us(gh, m) / _us(gl, m):.2f} |" if ok else " - |"
+            lines.append(f"| `{m}` |" + cells)
+        lines += [
+            "",
+            f"µs per call with the pool grown with the slots, {hi_conc:,} / {lo_conc:,} running"
+            f" requests: {g_ratio:.2f}; with the {hi_conc:,} run's per-method costs weighted"
+            f" by the {lo_conc:,} run's call counts: {g_mix:.2f};"
+            f" per unit of work, over the {lo_conc:,} run's work mix:"
+            f" {_fixed_work_ratio(gh, gl):.2f}.",
+        ]
+    lines += [
+        "",
         "### Locality control (production)",
         "",
     ]
     if locality:
         lc, hc = lo_conc, hi_conc
         lines += [
-            "Why per-call cost still grows with concurrency although no call walks the"
-            " records: a larger working set is slower to reach on this machine. The same"
+            "Why a method's cost per call can grow with concurrency although no call walks"
+            " the records: a larger working set is slower to reach on this machine. The same"
             f" operation, an `unindex` that releases a READY record, in stores sized like the"
-            f" {lc} and {hc} runs ({8 * lc:,} and {8 * hc:,} records filed through"
+            f" grown-pool {lc} and {hc} runs ({8 * lc:,} and {8 * hc:,} records filed through"
             " `checkpoint`, the drain and the completion), with the records touched in"
             " filing order and in a shuffled order; and, without any store, a plain"
             " `dict.pop` plus one attribute read over as many small objects in the same two"
@@ -640,27 +756,9 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
             )
         sf = locality[hc]["store filing"] / locality[lc]["store filing"]
         ss = locality[hc]["store shuffled"] / locality[lc]["store shuffled"]
+        df = locality[hc]["dict filing"] / locality[lc]["dict filing"]
         ds = locality[hc]["dict shuffled"] / locality[lc]["dict shuffled"]
-        if sf < ss and abs(ss - ds) <= 0.15 * ds:
-            verdict = (
-                "The store grows less in filing order than shuffled, and shuffled about as"
-                " much as the plain dict (within 15%): in this run the growth follows the"
-                " memory hierarchy (objects spread over more cache lines and pages), not"
-                " per-call work that scales with the number of records."
-            )
-        elif sf < ss and ss < ds:
-            verdict = (
-                "In this run the store grows less in filing order than shuffled, and shuffled"
-                " less than the plain dict: no sign of per-call work that scales with the"
-                " number of records."
-            )
-        else:
-            verdict = (
-                "In this run the store's growth is not explained by the plain dict's (it grows"
-                " more than 15% beyond it, or no less in filing order): look for per-call work"
-                " that scales with the number of records."
-            )
-        lines += ["", verdict]
+        lines += ["", _locality_verdict(sf, ss, df, ds)]
     else:
         lines.append("Not run (one concurrency level, or no production store).")
     if full:
@@ -668,15 +766,13 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
             "",
             "### The same requests, served to the end (production)",
             "",
-            "The runs above stop when nothing is left waiting, so they serve different"
-            " requests at each concurrency, and their call mix differs (a smaller pool drops"
-            " more KV prefixes, most of which have no checkpoint: many cheap"
-            " `unindex (found nothing)` calls). Here every request runs to completion at the"
-            " lowest and the highest"
-            " concurrency, so both runs serve the same requests; store time is the sum of"
-            " the timed store calls (fastest of"
-            f" {o.repeat} replays, call by call). Context for the concurrency target, not a"
-            " target:",
+            "The grown-pool runs above stop when nothing is left waiting, so they serve"
+            " different requests at each concurrency, and their call mix differs (a smaller"
+            " pool drops more KV prefixes, most of which have no checkpoint: many cheap"
+            " `unindex (found nothing)` calls). Here, on the same grown pools, every request"
+            " runs to completion at the lowest and the highest concurrency, so both runs serve"
+            " the same requests; store time is the sum of the timed store calls (fastest of"
+            f" {o.repeat} replays, call by call). Context, not a target:",
             "",
             "| running requests | requests served | store calls | calls per request |"
             " µs/call | store ms | store µs per request |",
@@ -699,57 +795,6 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
             f" {hi_r / lo_r if lo_r else 0.0:.2f}; µs per call:"
             f" {_us(full[hi_conc]) / _us(full[lo_conc]) if _us(full[lo_conc]) else 0.0:.2f}.",
         ]
-    if same_pool:
-        lines += [
-            "",
-            "### Concurrency alone: one pool for every level (production)",
-            "",
-            "The runs above give each level a pool of"
-            f" {o.units_per_slot} units per slot, so the pool grows with the concurrency and"
-            " so does the KV prefix cache: a smaller pool drops more prefixes, mostly"
-            " through cheap `unindex (found nothing)` calls, and the mean per call moves with"
-            " that mix. Here every level runs on the pool of the highest level"
-            f" ({same_pool_units:,} units, as if on one GPU with the scheduler's limit on"
-            " running requests changed): the same workload otherwise (the first"
-            f" {len(trace):,} requests, stopping when nothing is left waiting), fastest of"
-            f" {o.repeat} replays call by call. Context for the concurrency target, not a"
-            " target:",
-            "",
-            "| running requests | pool units | store calls | `unindex (found nothing)` calls |"
-            " µs/call | one replay | completed |",
-            "|---:|---:|---:|---:|---:|---:|---:|",
-        ]
-        for c, sp in same_pool.items():
-            misses = sp.timings.get(UNINDEX_MISS, [0, 0])[1]
-            lines.append(
-                f"| {c:,} | {sp.config.pool_units:,} | {_store_calls(sp):,} | {misses:,} |"
-                f" {_fmt(_us(sp))} | {_fmt(sp.extra['plain_us'])} |"
-                f" {sp.counters['completed']:,} |"
-            )
-        a_us, b_us = _us(same_pool[lo_conc]), _us(same_pool[hi_conc])
-        lines += [
-            "",
-            f"µs per call on one pool, {hi_conc:,} / {lo_conc:,} running requests:"
-            f" {b_us / a_us if a_us else 0.0:.2f}.",
-        ]
-    lines += [
-        "",
-        "### Engine counters (production run)",
-        "",
-        "| running requests | passes | admitted | completed | KV hits | resumable hits"
-        " (restores) | blocks resumed | checkpoints filed | kept | dropped | evicted | orphaned"
-        " | unindex calls |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for c, (p, _r) in conc.items():
-        cn, f = p.counters, p.fates
-        lines.append(
-            f"| {c:,} | {cn['passes']:,} | {cn['admitted']:,} | {cn['completed']:,} |"
-            f" {cn['kv_hits']:,} | {cn['restores']:,} | {cn['hit_blocks']:,} |"
-            f" {cn['checkpoints_filed']:,} | {f['checkpoints_kept']:,} |"
-            f" {f['checkpoints_dropped']:,} | {f['checkpoints_evicted']:,} |"
-            f" {f['checkpoints_orphaned']:,} | {cn['unindexed']:,} |"
-        )
     lines += [
         "",
         f"### Live records ({o.records_concurrency} running requests)",
@@ -803,7 +848,9 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         f" {TARGET_US_AT_256:g} µs per store call at 256 running requests; the per-call cost at"
         f" 1,024 running requests at most {TARGET_CONCURRENCY_RATIO:g}x the cost at 64; the"
         f" per-call cost with 10^6 live records at most {TARGET_RECORDS_RATIO:g}x the cost with"
-        " 10^3. Every other figure in this section is context.",
+        " 10^3. The concurrency figures are the one-pool runs (the first table): every"
+        " level on the same pool, so that only the number of running requests changes."
+        " Every other figure in this section is context.",
         "",
     ]
     ps = {c: p for c, (p, _) in conc.items()}
@@ -829,19 +876,11 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
             else f" (the target compares {TARGET_CONCURRENCY_LEVELS[1]:,} with"
             f" {TARGET_CONCURRENCY_LEVELS[0]:,} running requests)"
         )
-        mix_note = (
-            " The two runs make different calls: the lower level's pool is"
-            f" {hi // lo}x smaller, so its KV prefix cache drops far more prefixes, nearly"
-            " all through cheap `unindex (found nothing)` calls that pull its mean per call"
-            " down (the per-method table; the one-pool line below holds the pool and the mix)."
-            if verdict_c is False
-            else ""
-        )
         lines.append(
-            f"- Cost per call at {hi:,} / at {lo:,} running requests: {raw:.2f}"
+            f"- Cost per call at {hi:,} / at {lo:,} running requests, one pool of"
+            f" {ps[hi].config.pool_units:,} units: {raw:.2f}"
             f" (target <= {TARGET_CONCURRENCY_RATIO:g}): **{_verdict(verdict_c)}**{why}."
-            + mix_note
-            + " Context, not the target (the same ratio with the call mix held fixed): with the"
+            " Context, not the target: with the"
             f" {hi:,} run's per-method costs weighted by the {lo:,} run's call counts (methods,"
             f" and `unindex` by outcome): {mixed:.2f}; per unit of work, over the {lo:,} run's"
             f" work mix: {per_work:.2f}."
@@ -857,16 +896,17 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
                 f" the store spends {(tb / nb) / (ta / na):.2f}x the time per request at"
                 f" {hi:,} running requests as at {lo:,} (per call: {_us(b) / _us(a):.2f}x)."
             )
-    if same_pool:
-        a_us, b_us = _us(same_pool[lo_conc]), _us(same_pool[hi_conc])
-        if a_us:
+    if grown:
+        gl, gh = grown[lo_conc], grown[hi_conc]
+        if _us(gl):
             lines.append(
-                f"- Context, not the target: with every level on one pool of"
-                f" {same_pool_units:,} units (only the number of running requests changes),"
-                f" the cost per call at {hi_conc:,} / at {lo_conc:,} running requests is"
-                f" {b_us / a_us:.2f}; µs per call on that pool: "
-                + ", ".join(f"{_us(sp):.2f} at {c:,}" for c, sp in same_pool.items())
-                + " running requests."
+                f"- Context, not the target: with a pool of {o.units_per_slot} units per slot"
+                " at every level (the pool and its KV prefix cache grow with the concurrency, so"
+                " the call mix moves with it), the cost per call at"
+                f" {hi_conc:,} / at {lo_conc:,} running requests is {_us(gh) / _us(gl):.2f}"
+                f" (µs per call: {_us(gl):.2f} at {lo_conc:,}, {_us(gh):.2f} at {hi_conc:,});"
+                f" at the same call mix: {_fixed_mix_us(gh, gl) / _us(gl):.2f}; per unit of"
+                f" work: {_fixed_work_ratio(gh, gl):.2f}."
             )
     prod_recs = [(n, rr) for label, n, rr in rec_runs if label == prod_label and judged]
     if len(prod_recs) >= 2:
@@ -928,7 +968,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=_ints, default=None, help="e.g. 64,256,1024")
     ap.add_argument("--records", type=_ints, default=None, help="live records, production")
     ap.add_argument("--ref-records", type=_ints, default=None, help="live records, reference")
-    ap.add_argument("--units-per-slot", type=int, default=None, help=f"({d.units_per_slot})")
+    ap.add_argument(
+        "--units-per-slot",
+        type=int,
+        default=None,
+        help=f"pool units per slot of the highest level; grown-pool runs: of every level"
+        f" ({d.units_per_slot})",
+    )
+    ap.add_argument(
+        "--pool-units",
+        type=int,
+        default=None,
+        help="pool units of every concurrency run (default: units per slot x highest level)",
+    )
     ap.add_argument(
         "--records-units-per-slot",
         type=int,
@@ -956,6 +1008,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         requests=a.requests if a.requests is not None else base.requests,
         concurrency=a.concurrency or base.concurrency,
         units_per_slot=a.units_per_slot or base.units_per_slot,
+        pool_units=a.pool_units or base.pool_units,
         chunk_blocks=a.chunk_blocks,
         records=a.records if a.records is not None else base.records,
         ref_records=a.ref_records if a.ref_records is not None else base.ref_records,

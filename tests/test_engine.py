@@ -249,12 +249,17 @@ def test_bench_quick_writes_its_section(tmp_path: Path, capsys: pytest.CaptureFi
     assert "| yes |" in text  # the two runs made the same calls
     assert "### Locality control (production)" in text
     assert "| filing |" in text and "| shuffled |" in text
-    # every level once more on the highest level's pool (64 slots x 40 units)
-    assert "### Concurrency alone: one pool for every level (production)" in text
-    same = text.split("### Concurrency alone", 1)[1].split("###", 1)[0]
-    assert same.count("| 2,560 |") == 2, same
-    assert "µs per call on one pool, 64 / 16 running requests:" in same
-    assert "- Context, not the target: with every level on one pool of 2,560 units" in text
+    # every level on one pool, the highest level's (64 slots x 40 units)
+    overall = text.split("### Overall, by concurrency", 1)[1].split("###", 1)[0]
+    assert overall.count("| 2,560 |") == 2, overall
+    assert "every level on one pool of 2,560 units (40 per slot of the highest level)" in text
+    assert "- Cost per call at 64 / at 16 running requests, one pool of 2,560 units:" in text
+    # and, as context, once more on a pool grown with the slots (16 x 40, 64 x 40)
+    assert "### When the pool grows with the slots (production)" in text
+    grown = text.split("### When the pool grows", 1)[1].split("###", 1)[0]
+    assert "| 16 | 640 |" in grown and "| 64 | 2,560 |" in grown, grown
+    assert "µs per call with the pool grown with the slots, 64 / 16 running requests:" in grown
+    assert "- Context, not the target: with a pool of 40 units per slot at every level" in text
     # Run again with a module that is not a store: the section is replaced, and says that
     # the reference stood in and nothing was judged.
     assert bench.main([*args, "--impl", "pagedstate.spec"]) == 0
@@ -264,7 +269,7 @@ def test_bench_quick_writes_its_section(tmp_path: Path, capsys: pytest.CaptureFi
     assert "standing in for pagedstate.spec" in text
     assert "**n/a**" in text
     assert "Not run (one concurrency level, or no production store)." in text
-    assert "Concurrency alone" not in text  # production only: nothing to show
+    assert "When the pool grows" not in text  # production only: nothing to show
     printed = capsys.readouterr().out
     assert "<!-- bench-trace:begin -->" in printed
 
@@ -279,6 +284,20 @@ def test_bench_judges_the_concurrency_target_at_its_levels(tmp_path: Path) -> No
     line = next(x for x in text.splitlines() if x.startswith("- Cost per call at 1,024 / at 64"))
     assert "**met**" in line or "**not met**" in line, line
     assert "Context, not the target" in line
+
+
+def test_bench_pool_units_sets_the_one_pool(tmp_path: Path) -> None:
+    """``--pool-units`` gives every concurrency level that pool; the grown-pool context
+    runs keep ``--units-per-slot`` per slot."""
+    out = tmp_path / "benchmarks.md"
+    args = ["--quick", "--requests", "60", "--records", "50,400", "--ref-records", "50"]
+    assert bench.main([*args, "--pool-units", "3000", "--out", str(out)]) == 0
+    text = out.read_text(encoding="utf-8")
+    overall = text.split("### Overall, by concurrency", 1)[1].split("###", 1)[0]
+    assert overall.count("| 3,000 |") == 2 and "2,560" not in overall, overall
+    assert "every level on one pool of 3,000 units, as an engine" in text
+    grown = text.split("### When the pool grows", 1)[1].split("###", 1)[0]
+    assert "| 16 | 640 |" in grown and "| 64 | 2,560 |" in grown, grown
 
 
 def test_locality_control_releases_every_record() -> None:
@@ -301,3 +320,17 @@ def test_replays_pair_call_by_call(trace200: list[TraceRequest]) -> None:
     assert best.extra["paired"] == 1.0
     assert {m: n for m, (_, n) in best.timings.items()} == {m: n for m, (_, n) in a.timings.items()}
     assert 0 < bench._us(best) <= best.extra["plain_us"]  # no call slower than in replay 1
+
+
+@pytest.mark.parametrize(
+    ("growth", "says"),
+    [
+        ((1.04, 1.29, 1.04, 1.30), "follows the memory hierarchy"),  # make bench, 2026-12-01
+        ((1.00, 0.99, 1.16, 1.31), "no sign of per-call work"),  # store flat, dict grows
+        ((1.40, 1.45, 1.04, 1.30), "look for per-call work"),  # filing order grows alone
+        ((1.04, 1.60, 1.04, 1.30), "look for per-call work"),  # shuffled beyond the dict
+    ],
+)
+def test_locality_verdict(growth: tuple[float, float, float, float], says: str) -> None:
+    """The control blames the store only when it grows more than 15% beyond a plain dict."""
+    assert says in bench._locality_verdict(*growth)
