@@ -880,10 +880,11 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
             f"- Cost per call at {hi:,} / at {lo:,} running requests, one pool of"
             f" {ps[hi].config.pool_units:,} units: {raw:.2f}"
             f" (target <= {TARGET_CONCURRENCY_RATIO:g}): **{_verdict(verdict_c)}**{why}."
-            " Context, not the target: with the"
-            f" {hi:,} run's per-method costs weighted by the {lo:,} run's call counts (methods,"
-            f" and `unindex` by outcome): {mixed:.2f}; per unit of work, over the {lo:,} run's"
-            f" work mix: {per_work:.2f}."
+            " Context, not the target: per unit of work, over the"
+            f" {lo:,} run's work mix: {per_work:.2f}; with the {hi:,} run's per-method costs"
+            f" weighted by the {lo:,} run's call counts (methods, and `unindex` by outcome):"
+            f" {mixed:.2f}, a weighting that holds the number of calls but not their work (a"
+            f" drain or a completion at {hi:,} handles the ops of more running requests)."
         )
     if full:
         a, b = full[lo_conc], full[hi_conc]
