@@ -15,17 +15,18 @@ store, default ``pagedstate.impl``) and ``--ref`` (default ``pagedstate.models.r
 When ``--impl`` cannot be imported or lacks ``UnitPool`` / ``PagedStateCheckpointCoordinator``,
 the reference stands in for it, the output says so on every table, and no target is judged.
 
-Workload, fixed across concurrency levels so that only the number of running requests
-changes: every request arrives at time 0 (a saturated queue); every level runs on one pool
-of ``--pool-units`` units (default: ``--units-per-slot`` units for each slot of the highest
-level, 40 x 1,024), as one GPU's KV pool does when only the scheduler's limit on running
-requests is changed; decode advances ``1024 // concurrency`` tokens per request per pass
-(the same decode tokens per pass at every level); chunks of ``--chunk-blocks`` blocks; two
-units per checkpoint image. The replay stops when no request is left waiting, so the figures
-cover the saturated part of the run only. The cyclic garbage collector is off during each
-replay. A second set of production runs gives each level a pool of ``--units-per-slot``
-units per slot instead (the pool grows with the concurrency): context that shows how the
-call mix moves with the pool, not a target.
+Workload, the same trace and pool at every concurrency level, so that what changes is the
+number of running requests (and with it the decode tokens per request per pass, below, so
+that a pass decodes as many tokens at every level): every request arrives at time 0 (a
+saturated queue); every level runs on one pool of ``--pool-units`` units (default:
+``--units-per-slot`` units for each slot of the highest level, 40 x 1,024), as one GPU's KV
+pool does when only the scheduler's limit on running requests is changed; decode advances
+``1024 // concurrency`` tokens per request per pass; chunks of ``--chunk-blocks`` blocks;
+two units per checkpoint image. The replay stops when no request is left waiting, so the
+figures cover the saturated part of the run only. The cyclic garbage collector is off
+during each replay. A second set of production runs gives each level a pool of
+``--units-per-slot`` units per slot instead (the pool grows with the concurrency): context
+that shows how the call mix moves with the pool, not a target.
 
 Each production measurement replays ``--repeat`` times (3) and takes, call by call, the
 fastest replay: the replay is deterministic, so the i-th call is the same call every time,
@@ -48,10 +49,11 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -457,7 +459,7 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
     if stand_in is not None:
         say(f"NOTE: {stand_in}; the reference stands in for the production store")
 
-    # Every level on one pool: only the number of running requests changes.
+    # Every level on one pool: the pool and the trace stay, the running requests change.
     one_pool = _one_pool(o)
     conc: dict[int, tuple[EngineResult, EngineResult]] = {}
     for c in o.concurrency:
@@ -550,9 +552,14 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         )
         + ", as an engine on one GPU runs when only the scheduler's limit on running requests"
         f" changes; {o.units_per_checkpoint} units per image, `1024 // concurrency` decode"
-        " tokens per request per pass; the replay stops when nothing is left waiting. A pool"
-        " that grows with the slots changes the KV prefix cache, and with it the call mix,"
-        " together with the concurrency: those runs are context, further down.",
+        " tokens per request per pass (a pass decodes as many tokens at every level); the"
+        " replay stops when nothing is left waiting."
+        + (
+            " A pool that grows with the slots changes the KV prefix cache, and with it the"
+            " call mix, together with the concurrency: those runs are context, further down."
+            if grown
+            else ""
+        ),
         "",
         "How it is measured: `perf_counter_ns` is read just before and after every call"
         " (the bookkeeping comes after the second read); the timer's own floor, measured as"
@@ -569,16 +576,18 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         "",
         "### Overall, by concurrency",
         "",
-        f"| running requests | pool units | requests completed | store calls | production"
+        f"| running requests | peak running | pool units | requests completed | store calls"
+        " | production"
         f" µs/call (fastest of"
         f" {o.repeat}) | production, one replay | reference µs/call | reference / production"
         " (one replay each) | production wall | reference wall | same calls |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for c, (p, r) in conc.items():
         pp, rp = p.extra["plain_us"], r.extra["plain_us"]
         lines.append(
-            f"| {c:,} | {p.config.pool_units:,} | {p.counters['completed']:,} |"
+            f"| {c:,} | {p.counters['peak_running']:,} | {p.config.pool_units:,} |"
+            f" {p.counters['completed']:,} |"
             f" {_store_calls(p):,} | {_fmt(_us(p))} |"
             f" {_fmt(pp)} | {_fmt(_us(r))} | {rp / pp if pp else 0.0:,.1f}x |"
             f" {_contended(p)} | {_contended(r)} | {'yes' if _same_calls(p, r) else 'no'} |"
@@ -588,8 +597,11 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         '"Same calls": production and reference made the same number of calls of every'
         " method, the engine counted the same hits, restores and unindexes, and the"
         " checkpoint fates agree. Every replay stops when nothing is left waiting, so the"
-        " levels complete different numbers of requests (the same requests served to the end"
-        " are further down): what the levels compare is the cost per call.",
+        " levels complete different numbers of requests"
+        + (" (the same requests served to the end are further down)" if full else "")
+        + ': what the levels compare is the cost per call. "Peak running": the most'
+        " requests that ran at once; a level the pool cannot hold is not reached, and no"
+        " target is judged on it.",
         "",
         "### Per method (µs per call; calls from the production run)",
         "",
@@ -737,15 +749,17 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
     if locality:
         lc, hc = lo_conc, hi_conc
         lines += [
-            "Why a method's cost per call can grow with concurrency although no call walks"
-            " the records: a larger working set is slower to reach on this machine. The same"
+            "Why a method's cost per call can grow with the store's size although no call"
+            " walks the records: a larger working set is slower to reach on this machine. The"
+            " same"
             f" operation, an `unindex` that releases a READY record, in stores sized like the"
             f" grown-pool {lc} and {hc} runs ({8 * lc:,} and {8 * hc:,} records filed through"
             " `checkpoint`, the drain and the completion), with the records touched in"
             " filing order and in a shuffled order; and, without any store, a plain"
             " `dict.pop` plus one attribute read over as many small objects in the same two"
             " orders. Median ns per operation, the fastest of 3 builds; each figure includes"
-            " the timer floor above. Context for the concurrency target, not a target:",
+            " the timer floor above. Context for the per-method growth in the grown-pool"
+            " runs, not a target:",
             "",
             f"| order | store `unindex` @{lc} | @{hc} | @{hc} / @{lc} | plain `dict.pop`"
             f" @{lc} | @{hc} | @{hc} / @{lc} |",
@@ -773,9 +787,10 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
             "The grown-pool runs above stop when nothing is left waiting, so they serve"
             " different requests at each concurrency, and their call mix differs (a smaller"
             " pool drops more KV prefixes, most of which have no checkpoint: many cheap"
-            " `unindex (found nothing)` calls). Here, on the same grown pools, every request"
-            " runs to completion at the lowest and the highest concurrency, so both runs serve"
-            " the same requests; store time is the sum of the timed store calls (fastest of"
+            " `unindex (found nothing)` calls). Here, on the same grown pools, the replay goes"
+            " on until every request is done at the lowest and the highest concurrency, so"
+            " both runs serve the same requests unless the pool rejected some (the requests"
+            " served column); store time is the sum of the timed store calls (fastest of"
             f" {o.repeat} replays, call by call). Context, not a target:",
             "",
             "| running requests | requests served | store calls | calls per request |"
@@ -806,10 +821,17 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         "Before the replay the store is filled with READY records under hashes no request"
         " has (through `checkpoint`, the drain and `complete_previous_batch`, untimed), in a"
         " pool grown by their units. The replay's own part of the pool is"
-        f" {o.records_units_per_slot} units per slot, chosen so that the replay evicts"
-        ' nothing: then the runs make the same calls ("same calls", against the first run'
-        " of the same implementation) and differ only in how many records the store holds."
-        " Eviction itself is measured in the concurrency runs above.",
+        f" {o.records_units_per_slot} units per slot, "
+        + (
+            "chosen so that the replay evicts nothing: then the runs make the same calls"
+            ' ("same calls", against the first run of the same implementation) and differ'
+            " only in how many records the store holds."
+            if all(rr.fates["checkpoints_evicted"] == 0 for _, _, rr in rec_runs)
+            else "meant to be enough that the replay evicts nothing; in this run some replays"
+            " evicted records (the evicted column), so the runs did not all make the same calls"
+            ' ("same calls", against the first run of the same implementation).'
+        )
+        + " Eviction itself is measured in the concurrency runs above.",
         "",
         "| implementation | live records | store calls | µs/call | evicted | same calls"
         " | populate s | RSS MiB before | RSS MiB populated | replay wall |",
@@ -852,18 +874,41 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         f" {TARGET_US_AT_256:g} µs per store call at 256 running requests; the per-call cost at"
         f" 1,024 running requests at most {TARGET_CONCURRENCY_RATIO:g}x the cost at 64; the"
         f" per-call cost with 10^6 live records at most {TARGET_RECORDS_RATIO:g}x the cost with"
-        " 10^3. The concurrency figures are the one-pool runs (the first table): every"
-        " level on the same pool, so that only the number of running requests changes."
-        " Every other figure in this section is context.",
+        " 10^3. The concurrency figures are the one-pool runs (the first table): the same"
+        " trace and pool at every level, the number of running requests changed. A target"
+        " is judged only at its own levels, on runs that made store calls, reached their"
+        " level (peak running) and, for the live records, made the same calls. Every other"
+        " figure in this section is context.",
         "",
     ]
     ps = {c: p for c, (p, _) in conc.items()}
+
+    def unreached(*levels: int) -> str | None:
+        """Why runs at ``levels`` cannot be judged (no calls, or fewer running requests
+        than the level), or None."""
+        for c in levels:
+            if not _store_calls(ps[c]):
+                return f"no store calls at {c:,} running requests"
+            peak = ps[c].counters["peak_running"]
+            if peak < c and len(trace) < c:
+                return f"{len(trace):,} requests cannot fill a level of {c:,}"
+            if peak < c:
+                return (
+                    f"the pool of {ps[c].config.pool_units:,} units ran at most {peak:,}"
+                    f" requests at once at the level of {c:,}"
+                )
+        return None
+
     if 256 in ps:
         v = _us(ps[256])
-        met = v <= TARGET_US_AT_256 if judged else None
+        why_not = "no production store" if not judged else unreached(256)
+        verdict = (
+            f"**n/a** ({why_not}; measured: {v:.2f})"
+            if why_not
+            else f"{v:.2f} (target <= {TARGET_US_AT_256:g}): **{_verdict(v <= TARGET_US_AT_256)}**"
+        )
         lines.append(
-            f"- Overall µs per call at 256 running requests: {v:.2f}"
-            f" (target <= {TARGET_US_AT_256:g}): **{_verdict(met)}**"
+            f"- Overall µs per call at 256 running requests: {verdict}"
             f" (one replay's plain mean: {ps[256].extra['plain_us']:.2f})."
         )
     else:
@@ -878,7 +923,7 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         per_work = _fixed_work_ratio(ps[hi], ps[lo])
         # the target compares these two levels; a run at others (--quick) is not judged
         levels = (lo, hi) == TARGET_CONCURRENCY_LEVELS
-        verdict_c: bool | None = raw <= TARGET_CONCURRENCY_RATIO if judged and levels else None
+        why_not = unreached(lo, hi)
         if not judged:
             figure = f"**n/a** (no production store; the reference against itself: {raw:.2f})"
         elif not levels:
@@ -886,10 +931,11 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
                 f"**n/a** (the target compares {TARGET_CONCURRENCY_LEVELS[1]:,} with"
                 f" {TARGET_CONCURRENCY_LEVELS[0]:,} running requests; at these levels: {raw:.2f})"
             )
+        elif why_not:
+            figure = f"**n/a** ({why_not}; measured: {raw:.2f})"
         else:
-            figure = (
-                f"{raw:.2f} (target <= {TARGET_CONCURRENCY_RATIO:g}): **{_verdict(verdict_c)}**"
-            )
+            ok = raw <= TARGET_CONCURRENCY_RATIO
+            figure = f"{raw:.2f} (target <= {TARGET_CONCURRENCY_RATIO:g}): **{_verdict(ok)}**"
         lines.append(
             f"- Cost per call at {hi:,} / at {lo:,} running requests, one pool of"
             f" {ps[hi].config.pool_units:,} units: {figure}."
@@ -905,10 +951,18 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         tb = sum(ns for m, (ns, _) in b.timings.items() if m not in _NOT_STORE_OPS)
         na, nb = a.counters["completed"], b.counters["completed"]
         if ta and na and nb:
+            same = na == nb == len(trace)
+            serving = (
+                f"serving the same {na:,} requests to the end"
+                if same
+                else f"serving {na:,} and {nb:,} of {len(trace):,} requests (the others were"
+                " rejected: not the same requests)"
+            )
             lines.append(
-                f"- Context, not the target: serving the same {na:,} requests to the end,"
-                f" the store spends {(tb / nb) / (ta / na):.2f}x the time per request at"
-                f" {hi:,} running requests as at {lo:,} (per call: {_us(b) / _us(a):.2f}x)."
+                f"- Context, not the target: on pools grown with the slots ({o.units_per_slot}"
+                f" units per slot), {serving}, the store spends {(tb / nb) / (ta / na):.2f}x the"
+                f" time per request at {hi_conc:,} running requests as at {lo_conc:,} (per call:"
+                f" {_us(b) / _us(a):.2f}x)."
             )
     if grown:
         gl, gh = grown[lo_conc], grown[hi_conc]
@@ -927,17 +981,26 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         (n0, r0), (n1, r1) = min(prod_recs, key=lambda t: t[0]), max(prod_recs, key=lambda t: t[0])
         raw = _us(r1) / _us(r0) if _us(r0) else 0.0
         levels = (n0, n1) == TARGET_RECORDS_LEVELS
-        figure = (
-            f"{raw:.2f} (target <= {TARGET_RECORDS_RATIO:g}):"
-            f" **{_verdict(raw <= TARGET_RECORDS_RATIO)}**"
-            if levels
-            else f"**n/a** (the target compares {TARGET_RECORDS_LEVELS[1]:,} with"
-            f" {TARGET_RECORDS_LEVELS[0]:,} live records; at these: {raw:.2f})"
-        )
+        same = _same_calls(r0, r1) and _store_calls(r0) > 0
+        if not levels:
+            figure = (
+                f"**n/a** (the target compares {TARGET_RECORDS_LEVELS[1]:,} with"
+                f" {TARGET_RECORDS_LEVELS[0]:,} live records; at these: {raw:.2f})"
+            )
+        elif not same:
+            figure = f"**n/a** (the two runs did not make the same calls; measured: {raw:.2f})"
+        else:
+            ok = raw <= TARGET_RECORDS_RATIO
+            figure = f"{raw:.2f} (target <= {TARGET_RECORDS_RATIO:g}): **{_verdict(ok)}**"
         lines.append(
-            f"- Cost per call with {n1:,} / with {n0:,} live records: {figure}. The two"
-            " runs make the same calls, so their call mix is the same already (per unit of"
-            f" work: {_fixed_work_ratio(r1, r0):.2f})."
+            f"- Cost per call with {n1:,} / with {n0:,} live records: {figure}."
+            + (
+                " The two runs make the same calls, so their call mix is the same already (per"
+                f" unit of work: {_fixed_work_ratio(r1, r0):.2f})."
+                if same
+                else " The two runs made different calls (the live-records table's"
+                ' "same calls" column), so the ratio compares different work.'
+            )
         )
     elif not judged:
         lines.append(
@@ -954,12 +1017,31 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
     return "\n".join(lines)
 
 
+def _split_markers(text: str) -> tuple[str, str] | None:
+    """``(head, tail)`` around this benchmark's section of ``text``, or None when the file
+    has no section yet.
+
+    Raises:
+        ValueError: the markers are not one begin marker followed by one end marker.
+    """
+    nb, ne = text.count(_MARK_BEGIN), text.count(_MARK_END)
+    if nb == ne == 0:
+        return None
+    if nb != 1 or ne != 1 or text.index(_MARK_BEGIN) > text.index(_MARK_END):
+        raise ValueError(
+            f"expected one {_MARK_BEGIN} followed by one {_MARK_END}; found {nb} begin and"
+            f" {ne} end marker(s){' in the wrong order' if nb == ne == 1 else ''}"
+        )
+    head, rest = text.split(_MARK_BEGIN, 1)
+    _, tail = rest.split(_MARK_END, 1)
+    return head, tail
+
+
 def _write(out: Path, section: str) -> None:
     old = out.read_text(encoding="utf-8") if out.exists() else "# Benchmarks\n"
-    if _MARK_BEGIN in old and _MARK_END in old:
-        head, rest = old.split(_MARK_BEGIN, 1)
-        _, tail = rest.split(_MARK_END, 1)
-        new = head + section + tail
+    parts = _split_markers(old)
+    if parts is not None:
+        new = parts[0] + section + parts[1]
     else:
         new = old.rstrip("\n") + "\n\n" + section + "\n"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -967,48 +1049,98 @@ def _write(out: Path, section: str) -> None:
 
 
 def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x.replace("_", "")) for x in text.split(",") if x.strip())
+    try:
+        return tuple(int(x.replace("_", "")) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of ints: {text!r}") from None
+
+
+def _at_least(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            v = int(text.replace("_", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an int: {text!r}") from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {v}")
+        return v
+
+    parse.__name__ = f"int >= {low}"  # argparse names the type in its message
+    return parse
+
+
+def _positive_ints(text: str) -> tuple[int, ...]:
+    """A comma-separated list of distinct positive ints (may be empty: ``,``)."""
+    values = _ints(text)
+    bad = [v for v in values if v < 1]
+    if bad:
+        raise argparse.ArgumentTypeError(f"every value must be at least 1, got {bad}")
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"values repeat: {list(values)}")
+    return values
+
+
+def _trace_file(text: str) -> Path:
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"no such trace file: {text}")
+    return path
+
+
+def _pick(value: Any, default: Any) -> Any:
+    return default if value is None else value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run, print the section, and (with ``--out``) replace it in the file."""
+    """Run, print the section, and (with ``--out``) replace it in the file.
+
+    Bad arguments (a level, count or size below 1, a trace that is no file, a reference
+    module that cannot be imported, an ``--out`` that is a directory or whose markers are
+    out of order) exit with argparse's usage error (status 2) before anything runs."""
     d = BenchOptions()
     ap = argparse.ArgumentParser(prog="python -m pagedstate.models.bench")
+    pos = _at_least(1)
     ap.add_argument("--impl", default=d.impl, help="production module (default %(default)s)")
     ap.add_argument("--ref", default=d.ref, help="reference module (default %(default)s)")
-    ap.add_argument("--trace", type=Path, default=d.trace, help="Mooncake-format jsonl trace")
-    ap.add_argument("--requests", type=int, default=None, help=f"trace prefix ({d.requests})")
-    ap.add_argument("--concurrency", type=_ints, default=None, help="e.g. 64,256,1024")
-    ap.add_argument("--records", type=_ints, default=None, help="live records, production")
-    ap.add_argument("--ref-records", type=_ints, default=None, help="live records, reference")
+    ap.add_argument(
+        "--trace", type=_trace_file, default=d.trace, help="Mooncake-format jsonl trace"
+    )
+    ap.add_argument("--requests", type=pos, default=None, help=f"trace prefix ({d.requests})")
+    ap.add_argument("--concurrency", type=_positive_ints, default=None, help="e.g. 64,256,1024")
+    ap.add_argument(
+        "--records", type=_positive_ints, default=None, help="live records, production (, none)"
+    )
+    ap.add_argument(
+        "--ref-records", type=_positive_ints, default=None, help="live records, reference"
+    )
     ap.add_argument(
         "--units-per-slot",
-        type=int,
+        type=pos,
         default=None,
         help=f"pool units per slot of the highest level; grown-pool runs: of every level"
         f" ({d.units_per_slot})",
     )
     ap.add_argument(
         "--pool-units",
-        type=int,
+        type=pos,
         default=None,
         help="pool units of every concurrency run (default: units per slot x highest level)",
     )
     ap.add_argument(
         "--records-units-per-slot",
-        type=int,
+        type=pos,
         default=None,
         help=f"pool units per slot in the live-records runs ({d.records_units_per_slot})",
     )
     ap.add_argument(
-        "--records-concurrency", type=int, default=None, help=f"({d.records_concurrency})"
+        "--records-concurrency", type=pos, default=None, help=f"({d.records_concurrency})"
     )
-    ap.add_argument("--chunk-blocks", type=int, default=d.chunk_blocks)
+    ap.add_argument("--chunk-blocks", type=pos, default=d.chunk_blocks)
     ap.add_argument(
-        "--repeat", type=int, default=None, help=f"replays per production run ({d.repeat})"
+        "--repeat", type=pos, default=None, help=f"replays per production run ({d.repeat})"
     )
     ap.add_argument(
-        "--ref-repeat", type=int, default=None, help=f"replays per reference run ({d.ref_repeat})"
+        "--ref-repeat", type=pos, default=None, help=f"replays per reference run ({d.ref_repeat})"
     )
     ap.add_argument("--out", type=Path, default=None, help="Markdown file to update")
     ap.add_argument(
@@ -1023,21 +1155,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     a = ap.parse_args(argv)
     base = QUICK if a.quick else d
+    concurrency = _pick(a.concurrency, base.concurrency)
+    if not concurrency:
+        ap.error("--concurrency: at least one level")
+    try:
+        resolve_impl(a.ref)
+    except ImportError as exc:
+        ap.error(f"--ref: {exc}")
+    if a.out is not None:
+        if a.out.is_dir():
+            ap.error(f"--out: {a.out} is a directory")
+        if a.out.exists():
+            try:
+                _split_markers(a.out.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError) as exc:
+                ap.error(f"--out: {a.out}: {exc}")
     o = BenchOptions(
         impl=a.impl,
         ref=a.ref,
         trace=a.trace,
-        requests=a.requests if a.requests is not None else base.requests,
-        concurrency=a.concurrency or base.concurrency,
-        units_per_slot=a.units_per_slot or base.units_per_slot,
-        pool_units=a.pool_units or base.pool_units,
+        requests=_pick(a.requests, base.requests),
+        concurrency=concurrency,
+        units_per_slot=_pick(a.units_per_slot, base.units_per_slot),
+        pool_units=_pick(a.pool_units, base.pool_units),
         chunk_blocks=a.chunk_blocks,
-        records=a.records if a.records is not None else base.records,
-        ref_records=a.ref_records if a.ref_records is not None else base.ref_records,
-        records_concurrency=a.records_concurrency or base.records_concurrency,
-        records_units_per_slot=a.records_units_per_slot or base.records_units_per_slot,
-        repeat=a.repeat or base.repeat,
-        ref_repeat=a.ref_repeat or base.ref_repeat,
+        records=_pick(a.records, base.records),
+        ref_records=_pick(a.ref_records, base.ref_records),
+        records_concurrency=_pick(a.records_concurrency, base.records_concurrency),
+        records_units_per_slot=_pick(a.records_units_per_slot, base.records_units_per_slot),
+        repeat=_pick(a.repeat, base.repeat),
+        ref_repeat=_pick(a.ref_repeat, base.ref_repeat),
     )
     section = run(o, quick=a.quick)
     print(section)

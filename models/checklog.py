@@ -158,7 +158,8 @@ class CheckResult:
         """The verdict as ``pagedstate check-log`` prints it."""
         if self.ok:
             out = (
-                f"check-log: MATCHED: {self.lines} lines read, {self.calls} calls replayed on"
+                f"check-log: MATCHED: {_count(self.lines, 'line')} read,"
+                f" {_count(self.calls, 'call')} replayed on"
                 " the reference model; every result, row, clock reading, outside answer and"
                 " state counter agrees"
             )
@@ -173,8 +174,16 @@ class CheckResult:
         where = f"line {self.line}" + (f" ({self.call})" if self.call else "")
         head = f"check-log: {self.status.upper()} at {where}: {self.reason}"
         body = [f"  {d.text()}" for d in self.differences]
-        tail = f"  ({self.lines} lines read; {self.calls} calls matched before it)"
+        tail = (
+            f"  ({_count(self.lines, 'line')} read; {_count(self.calls, 'call')} matched"
+            " before it)"
+        )
         return "\n".join([head, *body, tail])
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 line``, ``2 lines``."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 class _Unreadable(Exception):
@@ -688,7 +697,7 @@ class _Replay:
         clock = line.get("clock", [])
         ext = line.get("ext", [])
         if not isinstance(clock, list) or not isinstance(ext, list):
-            raise _Unreadable("'clock' and 'ext' are lists")
+            raise _Unreadable("'clock' and 'ext' must be lists")
         for event in ext:
             if not (
                 isinstance(event, list)
@@ -702,11 +711,11 @@ class _Replay:
                 raise _Unreadable(f"an 'ext' event is [name, [args], {{ok|raised}}]: {event!r}")
         post = _field(line, "post", dict, what)
         if ("ok" in line) == ("raised" in line):
-            raise _Unreadable("a call line has exactly one of 'ok' and 'raised'")
+            raise _Unreadable("a call line must have exactly one of 'ok' and 'raised'")
         if "raised" in line:
             raised = line["raised"]
             if not (isinstance(raised, dict) and set(raised) == {"type", "message"}):
-                raise _Unreadable("'raised' is {type, message}")
+                raise _Unreadable("'raised' must be {type, message}")
         if name.startswith("pool."):
             method = name[5:]
             if method in POOL_KV_CALLS:
@@ -737,7 +746,7 @@ class _Replay:
             diffs.append(Difference("n", n, logged_n))
         seqs = line.get("seqs") or []
         if not isinstance(seqs, list):
-            raise _Unreadable("'seqs' is a list")
+            raise _Unreadable("'seqs' must be a list")
         try:
             for s in seqs:
                 self.decode(s)
@@ -836,7 +845,7 @@ def check_log(lines: Iterable[str | bytes], *, require_footer: bool = True) -> C
             except RecursionError as exc:
                 raise _Unreadable("JSON nested too deep to read") from exc
             if not isinstance(obj, dict):
-                raise _Unreadable("a line is a JSON object")
+                raise _Unreadable(f"a line must be a JSON object, got {type(obj).__name__}")
             if isinstance(obj.get("call"), str):
                 call = obj["call"]
             if footer is not None:

@@ -250,7 +250,7 @@ def test_bench_quick_writes_its_section(tmp_path: Path, capsys: pytest.CaptureFi
     assert "- Overall µs per call at 256 running requests: **n/a** (no run at 256 running" in text
     assert "(target <= 1.1)" not in text and "(target <= 1.2)" not in text
     # the overall table says how many requests each level completed
-    assert "| running requests | pool units | requests completed | store calls |" in text
+    assert "| running requests | peak running | pool units | requests completed |" in text
     assert "| yes |" in text  # the two runs made the same calls
     assert "### Locality control (production)" in text
     assert "| filing |" in text and "| shuffled |" in text
@@ -280,16 +280,29 @@ def test_bench_quick_writes_its_section(tmp_path: Path, capsys: pytest.CaptureFi
     assert "<!-- bench-trace:begin -->" in printed
 
 
-def test_bench_judges_the_concurrency_target_at_its_levels(tmp_path: Path) -> None:
-    """At the levels the target compares (64 and 1,024 running requests) the ratio is
-    judged, met or not met, whatever the trace length."""
+def test_bench_judges_the_concurrency_target_at_its_levels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At the levels the target compares the ratio is judged, met or not met, when both
+    levels were reached; with fewer requests than a level, or a pool too small to run a
+    level's requests at once, it is n/a and says why. (The target's levels are scaled down
+    to 4 and 16 running requests so that a short run reaches them.)"""
+    monkeypatch.setattr(bench, "TARGET_CONCURRENCY_LEVELS", (4, 16))
     out = tmp_path / "benchmarks.md"
-    args = ["--quick", "--requests", "60", "--concurrency", "64,1024", "--records", "50,400"]
-    assert bench.main([*args, "--ref-records", "50", "--out", str(out)]) == 0
-    text = out.read_text(encoding="utf-8")
-    line = next(x for x in text.splitlines() if x.startswith("- Cost per call at 1,024 / at 64"))
-    assert "**met**" in line or "**not met**" in line, line
-    assert "Context, not the target" in line
+    base = ["--quick", "--requests", "60", "--records", "50,400", "--ref-records", "50"]
+
+    def line(*extra: str) -> str:
+        assert bench.main([*base, *extra, "--out", str(out)]) == 0
+        text = out.read_text(encoding="utf-8")
+        return next(x for x in text.splitlines() if x.startswith("- Cost per call at 16 / at 4"))
+
+    judged = line("--concurrency", "4,16")
+    assert "**met**" in judged or "**not met**" in judged, judged
+    assert "Context, not the target" in judged
+    few = line("--concurrency", "4,16", "--requests", "10")
+    assert "**n/a** (10 requests cannot fill a level of 16;" in few, few
+    small = line("--concurrency", "4,16", "--pool-units", "20")
+    assert "**n/a** (the pool of 20 units ran at most" in small, small
 
 
 def test_bench_pool_units_sets_the_one_pool(tmp_path: Path) -> None:
