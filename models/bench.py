@@ -243,6 +243,11 @@ def _store_calls(r: EngineResult) -> int:
     return sum(c for m, (_, c) in r.timings.items() if m not in _NOT_STORE_OPS)
 
 
+def _store_ns(r: EngineResult) -> int:
+    """Nanoseconds in store calls (every timed call but :data:`_NOT_STORE_OPS`)."""
+    return sum(ns for m, (ns, _) in r.timings.items() if m not in _NOT_STORE_OPS)
+
+
 def _fixed_mix_us(r: EngineResult, mix: EngineResult) -> float:
     """``r``'s per-method costs weighted by ``mix``'s call counts (store ops only)."""
     num = den = 0.0
@@ -800,7 +805,7 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         per_req: dict[int, float] = {}
         for c, fr in full.items():
             calls = _store_calls(fr)
-            total_ns = sum(ns for m, (ns, _) in fr.timings.items() if m not in _NOT_STORE_OPS)
+            total_ns = _store_ns(fr)
             served = fr.counters["completed"]
             per_req[c] = total_ns / 1000.0 / served if served else 0.0
             lines.append(
@@ -947,8 +952,7 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         )
     if full:
         a, b = full[lo_conc], full[hi_conc]
-        ta = sum(ns for m, (ns, _) in a.timings.items() if m not in _NOT_STORE_OPS)
-        tb = sum(ns for m, (ns, _) in b.timings.items() if m not in _NOT_STORE_OPS)
+        ta, tb = _store_ns(a), _store_ns(b)
         na, nb = a.counters["completed"], b.counters["completed"]
         if ta and na and nb:
             same = na == nb == len(trace)
