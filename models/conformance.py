@@ -1423,11 +1423,11 @@ class ConformanceMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.tier is not None and self.config.leases)
     @rule(target=ops, hs=st.lists(H, min_size=3, max_size=3, unique=True))
     def lease_and_clock_back(self, hs: list[int]) -> MultipleResults[Pair]:
-        """A reclaim after the clock went back, with a lease outstanding: ``hs[0]`` and
-        ``hs[1]`` are filed and nominated, ``hs[2]`` filed; one store is taken, ``hs[2]``
-        is leased, the clock is set back half a timeout and the second store is taken
-        (pinned earlier than the first: out of order), then the clock jumps two timeouts
-        and the reclaimer runs. It retires both stores and never the lease."""
+        """A reclaim after the clock went back, with a lease outstanding: ``hs`` are filed
+        (and nominated, the sink on); one store is taken (the oldest nominee), ``hs[2]`` is
+        leased, the clock is set back half a timeout and another store is taken (pinned
+        earlier than the first: out of order), then the clock jumps two timeouts and the
+        reclaimer runs. It retires both stores and never the lease."""
         name = "lease_and_clock_back"
         timeout = self.config.timeout_s
         self._sink_on(name)
