@@ -48,7 +48,7 @@ help:
 	@echo "make replay-check   bounded replay on real input, reference in lockstep (part of check-only)"
 	@echo "make bench-replay   full traces, plain and --verify: wall time and hit rates (docs/benchmarks.md)"
 	@echo "make replay         the full conversation trace: README figures, docs/replay/ plot and JSON"
-	@echo "make mutation       mutmut over impl/store.py and impl/pool.py (11-15 min on 2 cores; MUTATION_SAMPLE=K: every K-th)"
+	@echo "make mutation       mutmut over impl/store.py and impl/pool.py (11-16 min on 2 cores; MUTATION_SAMPLE=K: every K-th)"
 	@echo "make wheel-check    build the wheel, install it in a fresh venv without dev extras, smoke-test it"
 	@echo "make clean          remove $(VENV), build outputs and caches"
 
@@ -236,7 +236,7 @@ replay: $(STAMP)
 
 # Mutation testing of impl/store.py and impl/pool.py with mutmut (docs/mutation.md): stages
 # HEAD under build/mutation and runs the [tool.mutmut] test selection against each mutant.
-# Every mutant: 11-15 minutes on 2 cores (docs/mutation.md); not part of `make check`. MUTATION_SAMPLE=K runs
+# Every mutant: 11-16 minutes on 2 cores (docs/mutation.md); not part of `make check`. MUTATION_SAMPLE=K runs
 # every K-th mutant per module; MUTATION_JOBS sets the parallel workers.
 .PHONY: mutation
 mutation: $(STAMP)
