@@ -698,6 +698,7 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
         gl, gh = grown[lo_conc], grown[hi_conc]
         g_ratio = _us(gh) / _us(gl) if _us(gl) else 0.0
         g_mix = _fixed_mix_us(gh, gl) / _us(gl) if _us(gl) else 0.0
+        g_work = _fixed_work_ratio(gh, gl)
         lines += [
             "",
             "### When the pool grows with the slots (production)",
@@ -743,8 +744,7 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
             f"µs per call with the pool grown with the slots, {hi_conc:,} / {lo_conc:,} running"
             f" requests: {g_ratio:.2f}; with the {hi_conc:,} run's per-method costs weighted"
             f" by the {lo_conc:,} run's call counts: {g_mix:.2f};"
-            f" per unit of work, over the {lo_conc:,} run's work mix:"
-            f" {_fixed_work_ratio(gh, gl):.2f}.",
+            f" per unit of work, over the {lo_conc:,} run's work mix: {g_work:.2f}.",
         ]
     lines += [
         "",
@@ -968,18 +968,15 @@ def run(o: BenchOptions, *, quick: bool = False) -> str:
                 f" time per request at {hi_conc:,} running requests as at {lo_conc:,} (per call:"
                 f" {_us(b) / _us(a):.2f}x)."
             )
-    if grown:
-        gl, gh = grown[lo_conc], grown[hi_conc]
-        if _us(gl):
-            lines.append(
-                f"- Context, not the target: with a pool of {o.units_per_slot} units per slot"
-                " at every level (the pool and its KV prefix cache grow with the concurrency, so"
-                " the call mix moves with it), the cost per call at"
-                f" {hi_conc:,} / at {lo_conc:,} running requests is {_us(gh) / _us(gl):.2f}"
-                f" (µs per call: {_us(gl):.2f} at {lo_conc:,}, {_us(gh):.2f} at {hi_conc:,});"
-                f" at the same call mix: {_fixed_mix_us(gh, gl) / _us(gl):.2f}; per unit of"
-                f" work: {_fixed_work_ratio(gh, gl):.2f}."
-            )
+    if grown and _us(gl):
+        lines.append(
+            f"- Context, not the target: with a pool of {o.units_per_slot} units per slot"
+            " at every level (the pool and its KV prefix cache grow with the concurrency, so"
+            " the call mix moves with it), the cost per call at"
+            f" {hi_conc:,} / at {lo_conc:,} running requests is {g_ratio:.2f}"
+            f" (µs per call: {_us(gl):.2f} at {lo_conc:,}, {_us(gh):.2f} at {hi_conc:,});"
+            f" at the same call mix: {g_mix:.2f}; per unit of work: {g_work:.2f}."
+        )
     prod_recs = [(n, rr) for label, n, rr in rec_runs if label == prod_label and judged]
     if len(prod_recs) >= 2:
         (n0, r0), (n1, r1) = min(prod_recs, key=lambda t: t[0]), max(prod_recs, key=lambda t: t[0])

@@ -12,14 +12,12 @@
 
 from __future__ import annotations
 
-import inspect
 import os
 import re
 import subprocess
 import sys
 import textwrap
 import time
-import types
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -28,9 +26,9 @@ from typing import Any
 import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
+from plant_helpers import edited_method, plant
 
 from pagedstate import impl as I
-from pagedstate.impl import store as impl_store
 from pagedstate.models.conformance import (
     EVENT_RULES,
     MACRO_RULES,
@@ -345,17 +343,10 @@ def _scratch_stores_first(c: Any) -> None:
 
 def _edit_store_method(name: str, old: str, new: str) -> Callable[[Any], None]:
     """A plant that replaces ``old`` by ``new`` in the source of the production store's
-    method ``name`` and binds the edited method to the coordinator's store (the bugs the
-    kit's macro rules exist for live inside long methods)."""
-
-    def patch(c: Any) -> None:
-        src = textwrap.dedent(inspect.getsource(getattr(I.PageUnitCheckpointStore, name)))
-        assert src.count(old) == 1, (name, old)  # the plant still applies to the source
-        ns: dict[str, Any] = {}
-        exec(compile(src.replace(old, new), f"<planted {name}>", "exec"), vars(impl_store), ns)
-        setattr(c.store, name, types.MethodType(ns[name], c.store))
-
-    return patch
+    method ``name``, on the coordinator's store (the bugs the kit's macro rules exist for
+    live inside long methods)."""
+    edited_method(I.PageUnitCheckpointStore, name, old, new)  # fails now if it no longer applies
+    return lambda c: plant(c.store, name, old, new)
 
 
 #: Compaction of the victim heap (after many re-stamps) leaves out the oldest evictable

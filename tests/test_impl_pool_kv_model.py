@@ -15,9 +15,6 @@ handed out fires ``on_evict(its hash)``, after the whole reservation is tagged.
 
 from __future__ import annotations
 
-import inspect
-import textwrap
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -32,9 +29,9 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from plant_helpers import edited_method, plant
 
 from pagedstate.impl import UnitPool
-from pagedstate.impl import pool as impl_pool
 
 NUM_UNITS = 8
 HASHES = st.integers(0, 5)  # few hashes: the same hash cached twice happens
@@ -98,10 +95,18 @@ class PoolKVMachine(RuleBasedStateMachine):
     def _owners(self) -> list[Any]:
         return sorted(self.model.held, key=repr)
 
+    def _new_owner(self) -> tuple[str, int]:
+        self.next_owner += 1
+        return ("kv", self.next_owner - 1)
+
+    def _pick_cached(self, picks: list[int]) -> list[int]:
+        """Distinct cached units, chosen by ``picks`` (in pick order)."""
+        cached = [u for u, _ in self.model.cached]
+        return list(dict.fromkeys(cached[p % len(cached)] for p in picks))
+
     @rule(count=st.integers(0, NUM_UNITS + 1))
     def reserve(self, count: int) -> None:
-        owner = ("kv", self.next_owner)
-        self.next_owner += 1
+        owner = self._new_owner()
         self.fired.clear()
         got = self.pool.reserve_units(count, owner)
         want, evicted = self.model.reserve(count, owner)
@@ -127,10 +132,8 @@ class PoolKVMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.model.cached))
     @rule(picks=st.lists(st.integers(0, 1 << 16), min_size=1, max_size=4))
     def claim(self, picks: list[int]) -> None:
-        cached = [u for u, _ in self.model.cached]
-        units = list(dict.fromkeys(cached[p % len(cached)] for p in picks))
-        owner = ("kv", self.next_owner)
-        self.next_owner += 1
+        units = self._pick_cached(picks)
+        owner = self._new_owner()
         self.fired.clear()
         self.pool.claim_cached_units(units, owner)
         assert self.fired == [], "a claim reuses the content: nothing may fire"
@@ -139,8 +142,7 @@ class PoolKVMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.model.cached))
     @rule(picks=st.lists(st.integers(0, 1 << 16), min_size=1, max_size=4))
     def uncache(self, picks: list[int]) -> None:
-        cached = [u for u, _ in self.model.cached]
-        units = list(dict.fromkeys(cached[p % len(cached)] for p in picks))
+        units = self._pick_cached(picks)
         self.pool.uncache_units(units)
         self.model.uncache(units)
 
@@ -183,14 +185,11 @@ def test_the_production_pool_follows_the_rule() -> None:
 
 def _planted_pool(old: str, new: str) -> Callable[..., Any]:
     """A UnitPool whose ``_reserve`` has ``old`` replaced by ``new`` in its source."""
-    src = textwrap.dedent(inspect.getsource(UnitPool._reserve))
-    assert src.count(old) == 1, old  # the plant still applies to the source
-    ns: dict[str, Any] = {}
-    exec(compile(src.replace(old, new), "<planted _reserve>", "exec"), vars(impl_pool), ns)
+    edited_method(UnitPool, "_reserve", old, new)  # fails now if it no longer applies
 
     def make(n: int, on_evict: Any = None) -> Any:
         pool = UnitPool(n, on_evict=on_evict)
-        pool._reserve = types.MethodType(ns["_reserve"], pool)  # type: ignore[method-assign]
+        plant(pool, "_reserve", old, new)
         return pool
 
     return make
