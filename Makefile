@@ -14,7 +14,7 @@ TORCH := torch==2.13.0
 # Triton's interpreter (TRITON_INTERPRET=1) runs the copy kernel on a CPU in the tests;
 # the version the H200 image ships (see docs/gpu-benchmarks.md).
 TRITON := triton==3.6.0
-SRC_DIRS := spec models impl gpu
+SRC_DIRS := spec models impl gpu engines
 CONFIG ?= default
 PYTEST_ARGS ?=
 
