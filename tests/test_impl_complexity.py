@@ -33,7 +33,7 @@ from pagedstate.models import reference as R
 SMALL = 100
 BIG = 10_000
 IMPL_DIR = os.path.dirname(os.path.abspath(I.__file__))
-REFERENCE_FILE = os.path.abspath(R.__file__)
+REFERENCE_FILE = os.path.dirname(os.path.abspath(R.__file__))  # the package folder
 
 
 class LineCounter:
