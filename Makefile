@@ -38,8 +38,8 @@ help:
 	@echo "make check-only     spec static checks, explore --config default, docs-check, contracts"
 	@echo "make explore        pagedstate explore --config \$$CONFIG (default: default)"
 	@echo "make lint           ruff check + mypy over $(SRC_DIRS)"
-	@echo "make docs           regenerate docs/ (pagedstate render --out docs)"
-	@echo "make docs-check     fail if docs/ is stale (pagedstate render --check docs)"
+	@echo "make docs           regenerate docs/tables/ (pagedstate render) and the API reference docs/api/ (pdoc)"
+	@echo "make docs-check     fail if docs/tables/ or docs/api/ is stale"
 	@echo "make contracts      CrossHair: spec contracts, diffbehavior reference vs production helpers"
 	@echo "make bench          trace-driven store benchmark, production vs reference (docs/benchmarks.md)"
 	@echo "make bench-explore  explorer throughput (docs/benchmarks.md)"
@@ -55,10 +55,16 @@ help:
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --upgrade --progress-bar off pip
-	$(PY) -m pip install --progress-bar off '$(TORCH)' '$(TRITON)'
-	$(PY) -m pip install --progress-bar off -e '.[dev]'
+	@echo "make setup: creating $(VENV) with $(TORCH) (CPU build) and $(TRITON), then pagedstate"
+	@echo "  in editable mode with its dev extra (pytest, hypothesis, crosshair, mypy, ruff, mutmut,"
+	@echo "  matplotlib, pdoc). About 2 GB on disk; 2-5 minutes from a fresh pip cache, seconds after."
+	@echo "  It reruns when pyproject.toml changes; 'make clean' removes it."
+	@SECONDS=0; set -e; \
+	test -x $(PY) || $(PYTHON) -m venv $(VENV); \
+	$(PY) -m pip install --upgrade --progress-bar off -q pip; \
+	$(PY) -m pip install --progress-bar off -q '$(TORCH)' '$(TRITON)'; \
+	$(PY) -m pip install --progress-bar off -q -e '.[dev]'; \
+	echo "make setup: $(VENV) ready in $${SECONDS} s, $$(du -sh $(VENV) | cut -f1) on disk"
 	# mypy cannot follow the editable install's import hook: give it a static
 	# view of the package (see [tool.mypy] mypy_path in pyproject.toml).
 	rm -rf $(VENV)/mypy-path
@@ -96,11 +102,15 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check $(SRC_DIRS)
 	$(VENV)/bin/mypy $(foreach d,$(SRC_DIRS),-p pagedstate.$(d))
 
+# The generated docs: the table pages (docs/tables/, from spec.tables) and the API reference
+# (docs/api/, pdoc over every public module). docs-check fails when either is stale.
 docs: $(STAMP)
 	$(VENV)/bin/pagedstate render --out docs
+	$(PY) tools/api_docs.py --out docs/api
 
 docs-check: $(STAMP)
 	$(VENV)/bin/pagedstate render --check docs
+	$(PY) tools/api_docs.py --check docs/api
 
 # Symbolic contract checks with CrossHair (design/CHECKING.md section 2). The default effort
 # (5 uninteresting iterations) finds nothing, so the bounds are explicit. `crosshair check`
@@ -215,7 +225,7 @@ clean:
 # reference model in lockstep (--verify), for each placement policy, with a CPU tier and
 # aborts; any divergence or broken invariant exits 1. `make replay`: the README's figures
 # (Qwen3-Next at 8/16/32/64 GiB x 3 placements, full trace) into docs/replay/.
-REPLAY_TRACE ?= ../shared/data/traces/conversation_trace.jsonl
+REPLAY_TRACE ?= data/traces/conversation_trace.jsonl
 REPLAY_MODEL ?= Qwen/Qwen3-Next-80B-A3B-Instruct
 .PHONY: replay-check replay
 replay-check: $(STAMP)
