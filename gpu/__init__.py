@@ -1,5 +1,5 @@
 """Device side: model geometries, address-free copy plans, and executors that copy
-checkpoint images between slot tensors and KV pages (issue 4; SPEC section E).
+checkpoint images between slot tensors and KV pages (SPEC section E).
 
 ``geometry`` and ``plan`` need only NumPy. ``tensors``, ``executor`` (the torch executor,
 CPU or CUDA) need torch (the ``gpu`` extra); ``triton_copy`` (one kernel launch per batch)
@@ -22,8 +22,16 @@ Typical use in an engine (one call per pass, after the drain)::
     pool.mark_clean(dirty)
 """
 
+from typing import TYPE_CHECKING
+
 from .geometry import CheckpointLayout, ModelGeometry, geometry_ids, load_geometry
 from .plan import CopyPlan, plan_segmented_copy, write_descriptor
+
+if TYPE_CHECKING:
+    # Type checkers see the real classes; at run time they load on first use (below), so
+    # importing pagedstate.gpu needs no torch.
+    from .executor import TorchCopyExecutor
+    from .tensors import StateTensors
 
 __all__ = [
     "CheckpointLayout",
