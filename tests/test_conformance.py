@@ -1,4 +1,4 @@
-"""The conformance kit (:mod:`pagedstate.models.conformance`).
+"""The conformance kit (:mod:`pagedstate.engines.conformance`).
 
 - The reference model passes its own kit under the ``ci`` profile (deterministic, bounded),
   and the run takes every non-defensive table row it is expected to.
@@ -29,7 +29,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from plant_helpers import edited_method, plant
 
 from pagedstate import impl as I
-from pagedstate.models.conformance import (
+from pagedstate.engines.conformance import (
     EVENT_RULES,
     MACRO_RULES,
     ConformanceConfig,
@@ -261,7 +261,7 @@ def test_import_fails_when_a_table_event_has_no_rule() -> None:
             T.RECORD, rows=(*T.RECORD.rows, row), events=(*T.RECORD.events, "teleport")
         )
         T.TABLES = {**T.TABLES, "record": T.RECORD}
-        import pagedstate.models.conformance
+        import pagedstate.engines.conformance
         """
     )
     env: dict[str, Any] = {**os.environ}
