@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -53,6 +54,7 @@ from pagedstate.spec.types import PagedStateCheckpointSpec
 
 __all__ = [
     "DTYPE_BYTES",
+    "AmbiguousGeometryError",
     "CheckpointLayout",
     "ModelGeometry",
     "geometry_ids",
@@ -63,6 +65,25 @@ __all__ = [
 DTYPE_BYTES: dict[str, int] = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 _LAYOUT_VERSION = "pagedstate-slot-v1"
+
+
+class AmbiguousGeometryError(UnknownGeometryError):
+    """A part of a model id that several shipped ids contain: :func:`load_geometry` takes a
+    part of an id only when it names one model. An :class:`UnknownGeometryError` (a
+    ``LookupError``), so callers that catch that catch this too.
+
+    Attributes:
+        model_id: the name asked for.
+        matches: the shipped ids that contain it, in the file's order.
+    """
+
+    def __init__(self, model_id: str, matches: Sequence[str]) -> None:
+        self.model_id = model_id
+        self.matches = tuple(matches)
+        super().__init__(
+            f"{model_id!r} is ambiguous: it matches {len(self.matches)} shipped geometries"
+            f" ({', '.join(self.matches)}); give the exact id or a part of only one"
+        )
 
 
 def _shape(value: Any, what: str) -> tuple[int, ...]:
@@ -231,7 +252,9 @@ def load_geometry(model_id: str) -> ModelGeometry:
 
     Raises:
         InvalidArgumentError: ``model_id`` is not a non-empty str.
-        UnknownGeometryError: no shipped model matches, or the substring is ambiguous.
+        AmbiguousGeometryError: the substring is a part of several shipped ids (an
+            ``UnknownGeometryError``, naming them).
+        UnknownGeometryError: no shipped model matches (the message lists the known ids).
         UnsupportedGeometryError: the entry is malformed (a packaging error).
     """
     if not isinstance(model_id, str) or not model_id:
@@ -240,10 +263,11 @@ def load_geometry(model_id: str) -> ModelGeometry:
     if model_id in entries:
         return ModelGeometry.from_json(entries[model_id])
     hits = [k for k in entries if model_id.lower() in k.lower()]
-    if len(hits) != 1:
+    if len(hits) > 1:
+        raise AmbiguousGeometryError(model_id, hits)
+    if not hits:
         raise UnknownGeometryError(
-            f"{model_id!r} matches {len(hits)} shipped geometries"
-            + (f" ({', '.join(hits)})" if hits else f"; known: {', '.join(entries)}")
+            f"{model_id!r} matches 0 shipped geometries; known: {', '.join(entries)}"
         )
     return ModelGeometry.from_json(entries[hits[0]])
 

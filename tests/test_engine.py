@@ -1,4 +1,4 @@
-"""The trace-driven engine model (models/engine.py) and ``make bench`` (models/bench.py).
+"""The trace-driven engine model (models/replay/engine.py) and ``make bench`` (models/bench.py).
 
 Small deterministic replays of the first 200 requests of the Mooncake conversation trace on
 the reference model, with a pool small enough that checkpoints are evicted and stores
@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+import pagedstate.models as models_pkg
 from pagedstate.models import bench, reference
-from pagedstate.models.engine import (
+from pagedstate.models.replay.engine import (
     DEFAULT_TRACE,
     KV_OWNER,
     UNINDEX_DROP,
@@ -34,12 +35,13 @@ from pagedstate.models.engine import (
 )
 from pagedstate.spec import check_invariants
 
-# The trace lives in the steering repo's shared/ folder beside the checkout (CI lays it
-# there). Outside CI a checkout without it skips these tests; in CI a missing trace is an
-# error (the tests below fail loading it) rather than a silent skip.
+# The trace lives in the checkout's data/traces/ (or, in an older layout, the steering
+# repo's shared/ folder beside the checkout). Outside CI a checkout without it skips these
+# tests; in CI a missing trace is an error (the tests below fail loading it) rather than a
+# silent skip.
 pytestmark = pytest.mark.skipif(
     not DEFAULT_TRACE.exists() and not os.environ.get("CI"),
-    reason=f"trace not found at {DEFAULT_TRACE} (shared/ is not beside this checkout)",
+    reason=f"trace not found at {DEFAULT_TRACE} (neither data/traces/ nor ../shared/)",
 )
 
 #: 16 slots over 600 units: about 28 blocks per request, so the pool is tight.
@@ -177,8 +179,13 @@ def test_resolve_impl() -> None:
 
 def test_models_do_not_import_impl_statically() -> None:
     """``pagedstate.models`` takes the production store by name at run time."""
-    for name in ("engine.py", "bench.py"):
-        tree = ast.parse((Path(bench.__file__).parent / name).read_text(encoding="utf-8"))
+    models = Path(models_pkg.__file__ or "").parent
+    paths = [*sorted(models.glob("bench*.py")), *sorted(models.glob("bench/*.py"))]
+    paths += sorted((models / "replay").glob("*.py"))
+    assert any(p.name == "engine.py" for p in paths)
+    for path in paths:
+        name = str(path.relative_to(models))
+        tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
                 assert not (node.module or "").startswith("pagedstate.impl"), name

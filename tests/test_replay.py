@@ -32,12 +32,19 @@ from pagedstate.models.replay import (
 )
 
 SLICE = Path(__file__).parent / "data" / "conversation_slice.jsonl"
-SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "traces"
+_REPO = Path(__file__).resolve().parent.parent
+#: The shipped traces: the checkout's data/traces/, else (an older layout) the shared folder
+#: beside the checkout.
+SHARED = (
+    _REPO / "data" / "traces"
+    if (_REPO / "data" / "traces").is_dir()
+    else _REPO.parent / "shared" / "data" / "traces"
+)
 QWEN = "Qwen/Qwen3-Next-80B-A3B-Instruct"
 
 needs_shared = pytest.mark.skipif(
     not SHARED.is_dir() and not os.environ.get("CI"),
-    reason=f"shared traces not found at {SHARED} (shared/ is not beside this checkout)",
+    reason=f"shipped traces not found at {SHARED} (neither data/traces/ nor ../shared/)",
 )
 
 
@@ -555,13 +562,49 @@ def test_a_store_error_names_the_call(
 
 def test_replay_takes_a_model_by_a_unique_part_of_its_id() -> None:
     """As ``load_geometry`` and the transfer driver do: "Qwen3-Next" names the one shipped
-    Qwen3-Next geometry; an ambiguous part is refused with the known ids."""
+    Qwen3-Next geometry; an ambiguous part is refused as ambiguous (tests/
+    test_replay_errors.py), a name no id contains as unknown."""
     from pagedstate.models.replay import ReplayError, _geometry
 
     short = _geometry("Qwen3-Next", 512)
     full = _geometry("Qwen/Qwen3-Next-80B-A3B-Instruct", 512)
     assert short == full
-    with pytest.raises(ReplayError, match="unknown model id 'Qwen'"):
+    with pytest.raises(ReplayError, match="ambiguous"):
         _geometry("Qwen", 512)  # more than one shipped model matches
+    with pytest.raises(ReplayError, match="unknown model id 'no-such-model'"):
+        _geometry("no-such-model", 512)
     with pytest.raises(ReplayError, match="cannot be replayed"):
         _geometry("", 512)
+
+
+def test_the_old_module_paths_warn_and_give_the_same_objects() -> None:
+    """``pagedstate.models.engine``, ``.replay_exec`` and ``.replay_cli`` (one release more):
+    importing one warns with the new path, and every name it offers is the new module's."""
+    import subprocess
+    import sys
+
+    code = """
+import importlib, warnings
+cases = [
+    ("pagedstate.models.engine", ["pagedstate.models.replay.engine"]),
+    ("pagedstate.models.replay_exec", ["pagedstate.models.replay.executor"]),
+    ("pagedstate.models.replay_cli",
+     ["pagedstate.models.replay.cli", "pagedstate.models.replay.report"]),
+]
+for old, new in cases:
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        mod = importlib.import_module(old)
+    msgs = [str(w.message) for w in seen if issubclass(w.category, DeprecationWarning)]
+    assert any(new[0] in m for m in msgs), (old, msgs)
+    homes = [importlib.import_module(n) for n in new]
+    assert mod.__all__
+    for name in mod.__all__:
+        want = [getattr(h, name) for h in homes if hasattr(h, name)]
+        assert want and getattr(mod, name) is want[0], (old, name)
+print("ok")
+"""
+    p = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr

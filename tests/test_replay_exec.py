@@ -1,12 +1,12 @@
-"""``pagedstate replay --executor`` (models/replay_exec.py): real tensors under a replay.
+"""``pagedstate replay --executor`` (models/replay/executor.py): real tensors under a replay.
 
-A short replay of the Mooncake conversation trace (its first 150 requests, from the shared
-folder beside the checkout, as tests/test_engine.py finds it) runs the store's ops on the
-torch executor over a slice of Qwen3-Next's geometry and checks every restore bit for bit;
-planted bugs (a store that hands out an image's units in the wrong order, an executor that
-skips stores or restores) are caught; the factory refuses bad kinds and Triton without a GPU
-before any replay starts; and the executor's own pieces (the slice, the op translation,
-scrubbing, the non-carried bytes) are checked on hand-made ops.
+A short replay of the Mooncake conversation trace (its first 150 requests, from data/traces/
+in the checkout or the shared folder beside it, as tests/test_engine.py finds it) runs the
+store's ops on the torch executor over a slice of Qwen3-Next's geometry and checks every
+restore bit for bit; planted bugs (a store that hands out an image's units in the wrong
+order, an executor that skips stores or restores) are caught; the factory refuses bad kinds
+and Triton without a GPU before any replay starts; and the executor's own pieces (the slice,
+the op translation, scrubbing, the non-carried bytes) are checked on hand-made ops.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ torch = pytest.importorskip("torch")
 from pagedstate import impl as I  # noqa: E402
 from pagedstate.gpu.geometry import load_geometry  # noqa: E402
 from pagedstate.gpu.triton_copy import interpreting, triton_available  # noqa: E402
-from pagedstate.models import replay_exec as X  # noqa: E402
-from pagedstate.models.engine import DEFAULT_TRACE  # noqa: E402
 from pagedstate.models.replay import (  # noqa: E402
     ReplayConfig,
     ReplayEngine,
@@ -36,6 +34,8 @@ from pagedstate.models.replay import (  # noqa: E402
     load_trace,
     replay,
 )
+from pagedstate.models.replay import executor as X  # noqa: E402
+from pagedstate.models.replay.trace import DEFAULT_TRACE  # noqa: E402
 from pagedstate.spec.errors import CopyOpError  # noqa: E402
 from pagedstate.spec.types import (  # noqa: E402
     CheckpointRestoreOp,
@@ -50,9 +50,9 @@ QWEN = "Qwen/Qwen3-Next-80B-A3B-Instruct"
 #: layers, 1 attention layer, / 32): about 23 MiB of tensors.
 SMALL_BYTES = 32 << 20
 
-#: The trace: the shared one beside the checkout (as tests/test_engine.py finds it), else
-#: the tests' own slice of it (its first 400 lines, the same requests), e.g. on the device
-#: machine, where shared/ does not travel.
+#: The trace: the shipped one (data/traces/, or shared/ beside the checkout, as
+#: tests/test_engine.py finds it), else the tests' own slice of it (its first 400 lines, the
+#: same requests), e.g. on a machine the trace does not travel to.
 TRACE = (
     DEFAULT_TRACE
     if DEFAULT_TRACE.exists()
