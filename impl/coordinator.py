@@ -17,6 +17,12 @@ Indexes instead of walks:
 Transition hook subjects (see :mod:`pagedstate.impl.store`): the scratch slot for
 ``scratch`` (for the over-budget self-loop, recorded once per drain, the first slot left
 queued); the owner for ``transfer``.
+
+Modules: this one holds the class with its constructor, admission, transfers, the calls
+passed to the store, the index changes, fates, ``self_check`` and the snapshot; its mixins
+hold the midstep scratch (:mod:`._coordinator_scratch`) and the pending boundaries with the
+drain and completion (:mod:`._coordinator_drain`); their typed base is in
+:mod:`._coordinator_base`.
 """
 
 from __future__ import annotations
@@ -26,19 +32,12 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from pagedstate.spec import tables as T
-from pagedstate.spec.errors import (
-    EvictionCallbackError,
-    InvalidArgumentError,
-    ReentrantCallError,
-    StaleReservationError,
-    UnknownOperationError,
-)
-from pagedstate.spec.protocols import need_coordinator_args, need_scratch_pool
-from pagedstate.spec.sequences import need_sequence, sequence_slot
+from pagedstate.spec.errors import EvictionCallbackError, InvalidArgumentError
+from pagedstate.spec.protocols import need_coordinator_args
+from pagedstate.spec.sequences import need_sequence
 from pagedstate.spec.snapshot import Snapshot
 from pagedstate.spec.types import (
     TRANSFER_OWNER,
-    CheckpointRestoreOp,
     CheckpointStoreOp,
     PagedStateCheckpointSpec,
     ScratchSlotPool,
@@ -48,6 +47,9 @@ from pagedstate.spec.types import (
 )
 
 from ._args import is_int, need_hashable, need_int
+from ._coordinator_base import _PendingKey
+from ._coordinator_drain import _Drain
+from ._coordinator_scratch import _Scratch
 from .pool import UnitPool
 from .store import (
     DEFAULT_CHANGE_LOG_SIZE,
@@ -61,9 +63,6 @@ from .store import (
 )
 
 __all__ = ["PagedStateCheckpointCoordinator"]
-
-_PendingKey = tuple[int, int]
-_READY = T.READY
 
 
 def _need_transfer_owner(owner: Hashable) -> None:
@@ -86,7 +85,7 @@ def _by_hash(pairs: Iterable[tuple[int, int]]) -> dict[int, dict[int, None]]:
     return out
 
 
-class PagedStateCheckpointCoordinator:
+class PagedStateCheckpointCoordinator(_Scratch, _Drain):
     """Production coordinator (SPEC D).
 
     Args:
@@ -214,180 +213,6 @@ class PagedStateCheckpointCoordinator:
     def _took(self, table: T.Table, row: T.Row, subject: object) -> None:
         self.store._took(table, row, subject)
 
-    # -- midstep scratch (SPEC D.1 steps 4-6, G5) -----------------------------------------
-
-    def attach_midstep_scratch(self, slot_pool: ScratchSlotPool, max_ops_per_batch: int) -> None:
-        """Where scratch slots come from, and the per-batch copy budget
-        (``checkpoint_copy_ops_per_batch(max_num_seqs)``). O(1).
-
-        Raises:
-            InvalidArgumentError: ``max_ops_per_batch`` is not a non-negative int,
-                ``slot_pool`` lacks ``has_free``, ``pop`` or ``release``, or it is another
-                pool than the attached one while slots of that one are out (reserved,
-                queued or issued: they go back to the pool they came from). Re-attaching
-                the same pool (a new budget) is always allowed.
-        """
-        need_int("max_ops_per_batch", max_ops_per_batch, 0)
-        out = len(self._scratch_reserved) + len(self._scratch_queued) + len(self._scratch_issued)
-        need_scratch_pool(slot_pool, self._scratch, out)
-        self._scratch = slot_pool
-        self._max_ops_per_batch = max_ops_per_batch
-
-    def reserve_midstep(
-        self, seq: SequenceLike, positions: list[tuple[int, int]]
-    ) -> list[tuple[int, int, int]]:
-        """Borrow a scratch slot per ``(position, hash)``; returns ``(slot, pos, h)`` triples,
-        order-preserving, stopping (and counting one drop) at the first position with no
-        free slot. Hashes already queued, READY or pending are skipped. O(len(positions)).
-
-        Raises:
-            InvalidArgumentError: ``positions`` is not a list or tuple of ``(int, int)``
-                pairs, or ``seq`` is not a sequence.
-        """
-        if not isinstance(positions, (list, tuple)):
-            raise InvalidArgumentError(
-                f"positions must be a list or tuple of (int, int) pairs, got {positions!r}"
-            )
-        for item in positions:
-            if not (isinstance(item, tuple) and len(item) == 2 and all(map(is_int, item))):
-                raise InvalidArgumentError(f"positions must be (int, int) pairs, got {item!r}")
-        need_sequence(seq)
-        scratch = self._scratch
-        if not (self.readable_midstep and self.enabled and seq.has_per_req_cache):
-            return []
-        if scratch is None:
-            return []
-        queued = self._scratch_by_hash
-        store = self.store
-        out = []
-        for pos, h in positions:
-            if h in queued or store.contains_or_pending(h):
-                continue
-            if not scratch.has_free():
-                self.checkpoints_dropped += 1
-                break
-            row = T.SCRATCH.step(T.FREE, "reserve")
-            slot = scratch.pop()
-            self._scratch_reserved[slot] = (pos, h)
-            out.append((slot, pos, h))
-            self._took(T.SCRATCH, row, slot)
-        return out
-
-    def _need_reservations(self, reservations: list[tuple[int, int, int]]) -> None:
-        if not isinstance(reservations, (list, tuple)):
-            raise InvalidArgumentError(
-                f"reservations must be a list or tuple of (slot, pos, h), got {reservations!r}"
-            )
-        slots = []
-        for r in reservations:
-            if not (isinstance(r, tuple) and len(r) == 3 and all(map(is_int, r))):
-                raise InvalidArgumentError(f"a reservation is (slot, pos, h) of ints, got {r!r}")
-            slots.append(r[0])
-        reserved = self._scratch_reserved
-        if len(set(slots)) != len(slots) or not set(slots) <= reserved.keys():
-            raise UnknownOperationError(
-                f"scratch slots {slots} are not all outstanding reservations of this coordinator"
-            )
-        for slot, pos, h in reservations:
-            if reserved[slot] != (pos, h):
-                raise StaleReservationError(
-                    f"scratch slot {slot} is reserved as {(slot, *reserved[slot])},"
-                    f" not {(slot, pos, h)}: that reservation is stale (already published or"
-                    " cancelled, and the slot lent again); use the triple the latest"
-                    " reserve_midstep returned"
-                )
-
-    def publish_midstep(self, reservations: list[tuple[int, int, int]], seq: object = None) -> None:
-        """The forward wrote the scratch slots: queue ``(h, slot)`` for the next drain.
-        O(len(reservations)).
-
-        Raises:
-            InvalidArgumentError: not a list or tuple of ``(slot, pos, h)`` int triples.
-            UnknownOperationError: a slot is not an outstanding reservation, or repeats.
-            StaleReservationError: a triple is not the one outstanding for its slot (an
-                earlier reservation of a slot lent again).
-        """
-        del seq
-        self._need_reservations(reservations)
-        row = T.SCRATCH.step(T.S_RESERVED, "publish")
-        for slot, _pos, h in reservations:
-            del self._scratch_reserved[slot]
-            self._scratch_queued[slot] = h
-            self._scratch_by_hash.setdefault(h, {})[slot] = None
-            self._took(T.SCRATCH, row, slot)
-
-    def cancel_midstep(self, reservations: list[tuple[int, int, int]]) -> None:
-        """The forward never ran: return the scratch slots. O(len(reservations)).
-
-        Raises:
-            InvalidArgumentError, UnknownOperationError, StaleReservationError: as
-                :meth:`publish_midstep`.
-        """
-        self._need_reservations(reservations)
-        if not reservations:
-            return
-        row = T.SCRATCH.step(T.S_RESERVED, "cancel")
-        scratch = self._scratch
-        assert scratch is not None
-        for slot, _pos, _h in reservations:
-            del self._scratch_reserved[slot]
-            scratch.release(slot)
-            self._took(T.SCRATCH, row, slot)
-
-    def _unqueue_scratch(self, slot: int, h: int) -> None:
-        slots = self._scratch_by_hash[h]
-        del slots[slot]
-        if not slots:
-            del self._scratch_by_hash[h]
-
-    def _take_scratch_stores(self, budget: int) -> None:
-        scratch = self._scratch
-        assert scratch is not None
-        store = self.store
-        # The queue is read afresh each time: a re-entrant ``clear_index`` (from an on_evict
-        # callback of a store begun here) replaces it.
-        while self._scratch_queued:
-            queued = self._scratch_queued
-            if budget <= 0:
-                row = T.SCRATCH.step(T.S_QUEUED, "issue", "over_budget")
-                self._took(T.SCRATCH, row, next(iter(queued)))
-                return
-            slot, h = queued.popitem(last=False)
-            self._unqueue_scratch(slot, h)
-            op = None
-            if not store.contains_or_pending(h):
-                filed = len(store._inflight_stores)
-                self._attempt = True
-                try:
-                    op = store.begin_store(h, slot)
-                except BaseException:
-                    # The drain is given up (take_checkpoint_ops), this attempt counted as
-                    # dropped there. A record filed before the callback failed (or was
-                    # interrupted) is given up with the others: the slot is issued like
-                    # theirs and returns at the next completion; else it returns now, as
-                    # for a refused store.
-                    begun = len(store._inflight_stores) > filed
-                    row = T.SCRATCH.step(T.S_QUEUED, "issue", "begun" if begun else "refused")
-                    if begun:
-                        self._scratch_issued.append(slot)
-                    else:
-                        scratch.release(slot)
-                    self._took(T.SCRATCH, row, slot)
-                    raise
-                self._attempt = False
-            if op is None:
-                row = T.SCRATCH.step(T.S_QUEUED, "issue", "refused")
-                scratch.release(slot)
-                self.checkpoints_dropped += 1
-                self._took(T.SCRATCH, row, slot)
-                continue
-            row = T.SCRATCH.step(T.S_QUEUED, "issue", "begun")
-            self._store_ops.append(op)
-            self._scratch_issued.append(slot)
-            self.checkpoints_kept += 1
-            budget -= 1
-            self._took(T.SCRATCH, row, slot)
-
     # -- admission ------------------------------------------------------------------------
 
     def resumable_hit(
@@ -431,72 +256,6 @@ class PagedStateCheckpointCoordinator:
             return True
         return self.offload is not None and bool(self.offload.could_serve(h))
 
-    # -- pending boundaries (SPEC D.1 steps 5, 6, 8, G1) ----------------------------------
-
-    def _drop_pending(self, key: _PendingKey) -> None:
-        sid, h = key
-        del self._pending[key]
-        del self._pending_of_seq[sid]
-        seqs = self._pending_by_hash[h]
-        del seqs[sid]
-        if not seqs:
-            del self._pending_by_hash[h]
-
-    def checkpoint(self, seq: SequenceLike, boundary_blocks: int, h: int) -> None:
-        """File boundary ``h`` of ``seq`` to be stored at the next drain from its slot.
-
-        At most one pending boundary per sequence survives: a different ``h`` supersedes
-        (and counts as dropped) the earlier one; re-filing the same ``h`` changes nothing
-        (G1). Ignored when checkpoints do not apply or ``seq.state_slot < 0``. O(1).
-
-        Args:
-            seq: the engine's request (:class:`~pagedstate.spec.types.SequenceLike`); its
-                ``state_slot`` is read at the drain, not now.
-            boundary_blocks: the prefix length of the boundary, in KV blocks. Checked and
-                kept for ATOM's signature; the store keys images by ``h`` alone, so it does
-                not change what is stored.
-            h: the prefix hash of the first ``boundary_blocks`` blocks.
-
-        Raises:
-            InvalidArgumentError: ``boundary_blocks`` not an int >= 0, ``h`` not an int, or
-                ``seq`` not a sequence.
-        """
-        if type(boundary_blocks) is not int or boundary_blocks < 0:
-            need_int("boundary_blocks", boundary_blocks, 0)
-        if type(h) is not int:
-            need_int("h", h)
-        slot = getattr(seq, "state_slot", None)
-        if type(slot) is not int or not hasattr(seq, "has_per_req_cache"):
-            slot = need_sequence(seq)  # converts the slot, or raises naming what is wrong
-        if slot < 0 or not (self.enabled and seq.has_per_req_cache):
-            return
-        sid = id(seq)
-        key = (sid, h)
-        if key in self._pending:
-            return
-        old = self._pending_of_seq.get(sid)
-        if old is not None:
-            self._drop_pending(old)
-            self.checkpoints_dropped += 1
-        self._pending[key] = (seq, h)
-        self._pending_of_seq[sid] = key
-        self._pending_by_hash.setdefault(h, {})[sid] = None
-
-    def forget_pending(self, seq: SequenceLike) -> None:
-        """``seq`` is leaving its slot: drop its pending boundary (not counted) and cancel
-        the queued restore into its slot. O(1).
-
-        Raises:
-            InvalidArgumentError: ``seq`` is not a sequence (``state_slot`` not an int;
-                checked before anything changes, G8).
-        """
-        slot = need_sequence(seq)
-        old = self._pending_of_seq.get(id(seq))
-        if old is not None:
-            self._drop_pending(old)
-        if slot >= 0:
-            self.store.cancel_queued_restore(slot)
-
     def restore_queued_for(self, dst_slot: int) -> bool:
         """Whether a queued restore will write ``dst_slot`` (evidence for a claimed hit,
         S9). O(1)."""
@@ -509,152 +268,6 @@ class PagedStateCheckpointCoordinator:
             InvalidArgumentError, SlotBusyError: as the store's ``begin_restore``.
         """
         return self.store.begin_restore(h, dst_slot) is not None
-
-    def take_checkpoint_ops(
-        self,
-    ) -> tuple[tuple[CheckpointStoreOp, ...], tuple[CheckpointRestoreOp, ...]]:
-        """The drain of a non-empty batch: begin the pending boundary stores (filing order),
-        take the queued restores, then begin queued scratch stores within the per-batch
-        budget (SPEC D.1 step 6). Returns ``(stores, restores)`` for this batch's copy
-        launch. A store's reservation may evict cached KV blocks; the engine's re-entrant
-        ``unindex`` then drops the boundaries and scratch stores of those hashes still
-        waiting in this drain (SPEC A.4, G5). O(pending + restores + scratch issued), each
-        paid for by its filing.
-
-        If the engine's ``on_evict`` raises during the drain (or anything else interrupts
-        it), every store this drain began is given up before the error propagates: its
-        record is unindexed (it becomes EVICTING and the next completion releases its units,
-        which no copy wrote), its op is never returned, and it counts as dropped, as does
-        the attempt the error came out of; the scratch slots of given-up stores return at
-        the next completion; the restores stay queued for the next drain. Without this, the
-        next completion would publish images whose copy never ran.
-
-        Raises:
-            InvalidArgumentError: a pending sequence's ``state_slot`` is non-negative but not
-                an int (checked for every pending sequence before anything changes, G8).
-            ReentrantCallError: called from inside a drain or a completion (an ``on_evict``
-                callback); nothing changed.
-            EvictionCallbackError: ``on_evict`` raised; the drain was given up as above.
-        """
-        self._enter("take_checkpoint_ops")
-        store = self.store
-        first = len(store._inflight_stores)
-        try:
-            return self._drain()
-        except BaseException:
-            # an on_evict callback's failure (EvictionCallbackError) or anything else, an
-            # interrupt included: the ops begun so far are never handed out, so no copy can
-            # write units given back since
-            self._give_up_drain(first)
-            raise
-        finally:
-            self._busy = None
-            self._attempt = False
-
-    def _enter(self, name: str) -> None:
-        if self._busy is not None:
-            raise ReentrantCallError(
-                f"{name} was called from inside {self._busy} (an on_evict callback?); a"
-                " drain or a completion cannot be nested: nothing changed"
-            )
-        self._busy = name
-
-    def _give_up_drain(self, first: int) -> None:
-        """Undo the stores this drain began (``take_checkpoint_ops``): see there.
-
-        Every store attempt of a drain is counted when it ends: kept (its op was taken) or
-        dropped (refused). An error out of an attempt (its reservation fired a callback
-        that failed or was interrupted) leaves that attempt uncounted (``_attempt``): it is
-        dropped with the ones given up."""
-        store = self.store
-        began = store._inflight_stores[first:]
-        for cid in began:
-            rec = store.records.get(cid)
-            if rec is not None and rec.phase == T.COPYING:
-                store.unindex(rec.prefix_hash)
-        self.checkpoints_kept -= len(self._store_ops)
-        self.checkpoints_dropped += len(self._store_ops) + (1 if self._attempt else 0)
-        self._attempt = False
-        self._store_ops = []
-
-    def _drain(self) -> tuple[tuple[CheckpointStoreOp, ...], tuple[CheckpointRestoreOp, ...]]:
-        pending = self._pending
-        for seq, _h in pending.values():
-            # every slot is read before anything changes (G8); sequence_slot only for one
-            # that is not a plain int (it converts it or raises)
-            if type(getattr(seq, "state_slot", None)) is not int:
-                sequence_slot(seq)
-        store = self.store
-        # The store's indexes, read inline below: whether a hash is READY (``lookup``) or
-        # pending (``contains_or_pending``); ``h`` was checked to be an int when filed.
-        index = store.hash_to_checkpoint
-        records = store.records
-        store_pending = store._pending_by_hash
-        of_seq = self._pending_of_seq
-        by_hash = self._pending_by_hash
-        for key, (seq, h) in list(pending.items()):
-            if key not in pending:
-                continue  # orphaned by a re-entrant unindex earlier in this drain
-            # _drop_pending(key), inline
-            sid = key[0]
-            del pending[key]
-            del of_seq[sid]
-            seqs = by_hash[h]
-            del seqs[sid]
-            if not seqs:
-                del by_hash[h]
-            src = getattr(seq, "state_slot", None)
-            if type(src) is not int:
-                src = sequence_slot(seq)
-            if src < 0 or h in store_pending:
-                continue
-            cid = index.get(h)
-            if cid is not None:
-                rec = records.get(cid)
-                if rec is not None and rec.phase == _READY:
-                    continue
-            self._attempt = True  # counted when it ends (see _give_up_drain)
-            op = store._begin(h, src)  # h checked when filed, src by sequence_slot
-            self._attempt = False
-            if op is None:
-                self.checkpoints_dropped += 1
-                continue
-            self._store_ops.append(op)
-            self.checkpoints_kept += 1
-        # Scratch stores before the restores are taken (their budget counts the queued
-        # restores, which the take moves in flight whole): if a scratch store's callback
-        # fails, the drain is given up with the restores still queued for the next one.
-        if self._scratch_queued:
-            self._take_scratch_stores(
-                self._max_ops_per_batch - len(self._store_ops) - len(store._queued_restores)
-            )
-        restores = store.take_restore_ops()
-        stores, self._store_ops = self._store_ops, []
-        return tuple(stores), restores
-
-    def complete_previous_batch(self) -> None:
-        """Top of a pass: the last drain's batch was issued. Publish its stores, release its
-        restore pins and return its scratch slots (SPEC D.1 step 1). O(what it releases).
-
-        Raises:
-            ReentrantCallError: called from inside a drain or a completion; nothing changed.
-        """
-        self._enter("complete_previous_batch")
-        try:
-            self._complete()
-        finally:
-            self._busy = None
-
-    def _complete(self) -> None:
-        self.store.complete_inflight()
-        issued, self._scratch_issued = self._scratch_issued, []
-        if issued:
-            row = T.SCRATCH.step(T.ISSUED, "complete")
-            scratch = self._scratch
-            assert scratch is not None
-            for slot in issued:
-                scratch.release(slot)
-                self._took(T.SCRATCH, row, slot)
 
     def has_available_units(self, count: int, protected_hash: int | None = None) -> bool:
         """See :meth:`PageUnitCheckpointStore.has_available_units`. O(1)."""

@@ -75,19 +75,22 @@ Complexity: every call is O(k) in the number of units it names or hands out (O(k
 for the vacant min-heap), independent of the pool size and of the number of owners; the
 whole-reservation check (G9) reads a per-owner unit count instead of walking the tags.
 ``snapshot_parts`` and ``clone`` are O(num_units).
+
+Modules: this one holds :class:`UnitPool` with its constructor, the readings, the per-owner
+counts and the raw-unit contract, and :class:`SlotPool`; the pool's mixins hold the KV side
+and its eviction events (:mod:`._pool_kv`) and ``self_check`` (:mod:`._pool_checks`); the
+shared pieces and the mixins' typed base are in :mod:`._pool_base`.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict, deque
-from collections.abc import Callable, Hashable, Iterable
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable
 from itertools import repeat
 from typing import Any, Protocol, runtime_checkable
 
 from pagedstate.spec.errors import (
-    DuplicateUnitError,
-    EvictionCallbackError,
     InvalidArgumentError,
     PartialReleaseError,
     StoreOwnedUnitsError,
@@ -95,15 +98,12 @@ from pagedstate.spec.errors import (
 )
 from pagedstate.spec.types import CHECKPOINT_OWNER, TRANSFER_OWNER
 
-from ._args import is_dirtying, is_int, need_hashable, need_int
+from ._args import need_hashable, need_int
+from ._pool_base import EvictionCallback, _consume, _ids_list, _UndoRecord
+from ._pool_checks import _Checks
+from ._pool_kv import _callback_error, _Deferral, _KVSide
 
 __all__ = ["UnitPool", "SlotPool", "KVBlockPool", "EvictionCallback"]
-
-#: Runs an iterator to its end at C speed, keeping nothing (a deque of maxlen 0).
-_consume: Callable[[Iterable[object]], None] = deque[object](maxlen=0).extend
-
-#: ``on_evict(prefix_hash)``: a reservation overwrote the cached KV block of ``prefix_hash``.
-EvictionCallback = Callable[[int], None]
 
 #: The owner kinds that belong to the store (SPEC A.3): ``(kind, ident)`` owners.
 _STORE_KINDS = (CHECKPOINT_OWNER, TRANSFER_OWNER)
@@ -145,22 +145,7 @@ class KVBlockPool(Protocol):
     def mark_clean(self, unit_ids: Iterable[int]) -> None: ...
 
 
-def _ids_list(unit_ids: Any) -> tuple[int, ...]:
-    """A list or tuple of non-negative int unit ids without repeats, as a tuple."""
-    if not isinstance(unit_ids, (list, tuple)):
-        raise InvalidArgumentError(
-            f"unit_ids must be a list or tuple, got {type(unit_ids).__qualname__}"
-        )
-    ids = tuple(unit_ids)
-    for u in ids:
-        if type(u) is not int or u < 0:  # pragma: no mutate (need_int re-checks)
-            need_int("unit id", u, 0)
-    if len(set(ids)) != len(ids):
-        raise DuplicateUnitError(f"unit ids repeat: {list(ids)}")
-    return ids
-
-
-class UnitPool:
+class UnitPool(_KVSide, _Checks):
     """Production pool of ``num_units`` units, ids ``[0, num_units)`` (SPEC A.2, G9, G10).
 
     Args:
@@ -303,48 +288,6 @@ class UnitPool:
     def dirty_units(self) -> frozenset[int]:
         """Every dirty unit. O(dirty)."""
         return frozenset(self._dirty)
-
-    def self_check(self) -> list[str]:
-        """Problems with the pool's own indexes, as sentences (empty: none): what the
-        snapshot does not show, checked against the unit tags. Between calls, every untagged
-        unit is in exactly one of the vacant min-heap and the cached LRU, and no tagged one
-        is; the heap keeps its order; free units carry piece 0; each owner's count is the
-        number of units tagged with it, and its pieces are ``0..count-1``; no deferral is
-        open. For tests and the conformance kit (its ``self_check`` hook). Never raises.
-        O(num_units).
-        """
-        out: list[str] = []
-        owners, pieces = self._owners, self._pieces
-        vacant = self._vacant
-        if len(set(vacant)) != len(vacant):
-            out.append("the vacant heap holds a unit twice")
-        if any(vacant[(i - 1) // 2] > vacant[i] for i in range(1, len(vacant))):
-            out.append("the vacant heap is out of order")
-        free = {u for u, o in enumerate(owners) if o is None}
-        in_vacant, in_cached = set(vacant), set(self._cached)
-        if in_vacant & in_cached:
-            out.append(f"units both vacant and cached: {sorted(in_vacant & in_cached)}")
-        if in_vacant | in_cached != free:
-            out.append(
-                f"free units {sorted(free)} but vacant + cached {sorted(in_vacant | in_cached)}"
-            )
-        if any(pieces[u] for u in free):
-            out.append("a free unit carries a piece")
-        seen: dict[int, dict[Hashable, list[int]]] = {}
-        for u, o in enumerate(owners):
-            if o is not None:
-                counts, key = self._count_of(o)
-                seen.setdefault(id(counts), {}).setdefault(key, []).append(pieces[u])
-        for counts in (self._held, self._held_ckpt, self._held_xfer):
-            tagged = seen.get(id(counts), {})
-            if dict(counts) != {k: len(v) for k, v in tagged.items()}:
-                out.append("an owner's unit count is not the number of units tagged with it")
-            for key, got in tagged.items():
-                if sorted(got) != list(range(len(got))):
-                    out.append(f"owner {key!r}'s pieces are {sorted(got)}, not 0..{len(got) - 1}")
-        if self._defer or self._deferred or self._undo:
-            out.append("a deferral is still open between calls")
-        return out
 
     def snapshot_parts(
         self,
@@ -543,68 +486,6 @@ class UnitPool:
                     raise _callback_error(failed, self._unreserve(undo)) from failed[1]
         return units
 
-    def deferred_evictions(self, *, undo_on_error: bool = False) -> _Deferral:
-        """A context manager holding ``on_evict`` callbacks of reservations made inside it
-        until the outermost such block exits (then they fire in order, even if the block
-        raised). The store and coordinator reserve inside one, so the engine's re-entrant
-        ``unindex`` finds them consistent. O(1) (+ the callbacks).
-
-        If a callback raises, the exit raises
-        :class:`~pagedstate.spec.errors.EvictionCallbackError` after every callback ran.
-        With ``undo_on_error`` (on the outermost block, when the block itself completed),
-        the reservations made in the block are undone first (the caller then drops what it
-        filed); otherwise they stand."""
-        return _Deferral(self, undo_on_error)
-
-    def _fire(self, evicted: list[int]) -> tuple[int, Exception] | None:
-        """Call ``on_evict`` for each hash, in order; the first failure, if any, after
-        every callback ran. Store owners are not accepted inside a callback."""
-        hook = self.on_evict
-        assert hook is not None
-        failed: tuple[int, Exception] | None = None
-        trusted, self._store_calls = self._store_calls, 0
-        try:
-            for h in evicted:
-                try:
-                    hook(h)
-                except Exception as exc:  # reported after every callback ran
-                    if failed is None:
-                        failed = (h, exc)
-        finally:
-            self._store_calls = trusted
-        return failed
-
-    def _unreserve(self, undo: _UndoRecord) -> bool:
-        """Put a reservation's units back where they were (vacant, or cached under their
-        hashes at the cold end of the LRU, in order). Only while every unit is still
-        tagged as reserved (a callback may have released or retagged them): returns whether
-        it undid anything. O(count log n)."""
-        units, owner, evicted, drained = undo
-        owners, pieces = self._owners, self._pieces
-        if any(
-            (owners[u] is not owner and owners[u] != owner) or pieces[u] != piece
-            for piece, u in enumerate(units)
-        ):
-            return False
-        for u in units:
-            owners[u] = None
-            pieces[u] = 0
-        self._add_held(owner, -len(units))
-        n_vacant = len(units) - len(evicted)
-        vacant = self._vacant
-        if vacant:  # a callback released units since: the same units, pushed back
-            for u in units[:n_vacant]:
-                heapq.heappush(vacant, u)
-        else:  # the heap as it was, array and all (G8 compares every structure)
-            vacant[:] = drained
-        cached = self._cached
-        # equivalent mutants: equal lengths (the last len(evicted) units are the cached ones)
-        taken = units[n_vacant:]
-        for u, h in zip(reversed(taken), reversed(evicted), strict=True):  # pragma: no mutate
-            cached[u] = h
-            cached.move_to_end(u, last=False)  # pragma: no mutate (last=None is False)
-        return True
-
     def release_units(self, unit_ids: Any, owner: Hashable) -> None:
         """Release a whole reservation, every unit in piece order (SPEC A.2, G9). The units
         go vacant; units of a checkpoint or transfer owner become dirty (G10). O(k log n).
@@ -713,125 +594,6 @@ class UnitPool:
         _consume(map(self._owners.__setitem__, ids, repeat(new_owner)))
         self._add_held(old_owner, -len(ids))
         self._add_held(new_owner, len(ids))
-
-    # -- the engine's KV side (module docstring) ----------------------------------------
-
-    def cache_units(self, unit_ids: Any, owner: Hashable, prefix_hashes: Any) -> None:
-        """Release a whole KV reservation but park unit ``i`` as a cached block of
-        ``prefix_hashes[i]`` (``None``: the unit goes vacant). Cached units stay free and are
-        handed out after every vacant unit, least recently cached first; reusing one fires
-        ``on_evict``. O(k log n).
-
-        Raises:
-            InvalidArgumentError: ``prefix_hashes`` is not a list/tuple of ints or ``None``
-                of the same length; ``owner`` is a checkpoint or transfer owner (raw state
-                units hold no KV prefix); malformed ids or owner.
-            DuplicateUnitError, StoreOwnedUnitsError, WrongOwnerError, PartialReleaseError:
-                as ``release_units``.
-        """
-        ids = self._validate_whole(unit_ids, owner)
-        if is_dirtying(owner):
-            raise InvalidArgumentError(
-                f"units of {owner!r} hold raw state, not KV: release them with release_units"
-            )
-        if not isinstance(prefix_hashes, (list, tuple)) or len(prefix_hashes) != len(ids):
-            raise InvalidArgumentError(
-                f"prefix_hashes must be a list or tuple of {len(ids)} hashes, got {prefix_hashes!r}"
-            )
-        for h in prefix_hashes:
-            if h is not None and not is_int(h):
-                raise InvalidArgumentError(f"a prefix hash must be an int or None, got {h!r}")
-        owners, pieces = self._owners, self._pieces
-        # equivalent mutants: lengths checked equal
-        for u, h in zip(ids, prefix_hashes, strict=True):  # pragma: no mutate
-            owners[u] = None
-            pieces[u] = 0
-            if h is None:
-                heapq.heappush(self._vacant, u)
-            else:
-                self._cached[u] = h
-        self._add_held(owner, -len(ids))
-
-    def claim_cached_units(self, unit_ids: Any, owner: Hashable) -> None:
-        """A prefix-cache hit takes cached units back as a new reservation of ``owner``
-        tagged ``(owner, position)``; nothing fires (the content is reused). O(k).
-
-        Raises:
-            InvalidArgumentError: a unit is not a cached free unit; ``owner`` is None or
-                unhashable; malformed ids.
-            DuplicateUnitError: an id repeats.
-            StoreOwnedUnitsError: ``owner`` is a store owner (the store claims no KV).
-        """
-        ids = _ids_list(unit_ids)
-        if owner is None:
-            raise InvalidArgumentError("a reservation needs an owner, got None")
-        self._need_owner("owner", owner)
-        if self._held_by(owner):
-            raise InvalidArgumentError(
-                f"owner {owner!r} already holds units: one reservation per owner (G9)"
-            )
-        for u in ids:
-            if u not in self._cached:
-                raise InvalidArgumentError(f"unit {u} is not a cached free unit")
-        _consume(map(self._cached.__delitem__, ids))
-        _consume(map(self._owners.__setitem__, ids, repeat(owner)))
-        _consume(map(self._pieces.__setitem__, ids, range(len(ids))))
-        self._add_held(owner, len(ids))
-
-    def uncache_units(self, unit_ids: Any) -> None:
-        """The engine's prefix index no longer points at these cached units: they become
-        vacant and their later reuse fires nothing. O(k log n).
-
-        Raises:
-            InvalidArgumentError: a unit is not a cached free unit; malformed ids.
-            DuplicateUnitError: an id repeats.
-        """
-        ids = _ids_list(unit_ids)
-        for u in ids:
-            if u not in self._cached:
-                raise InvalidArgumentError(f"unit {u} is not a cached free unit")
-        for u in ids:
-            del self._cached[u]
-            heapq.heappush(self._vacant, u)
-
-
-#: What undoes one reservation: its units (piece order), owner, the hashes of the cached
-#: units it took (its last ``len(hashes)`` units, in order) and the vacant heap's array it
-#: drained (a reservation that takes a cached unit takes every vacant one first). Its vacant
-#: units go back as that array, or onto the heap if units went vacant since.
-_UndoRecord = tuple[list[int], Hashable, list[int], list[int]]
-
-
-def _callback_error(failed: tuple[int, Exception], undone: bool) -> EvictionCallbackError:
-    h, exc = failed
-    return EvictionCallbackError(h, undone, f"{type(exc).__name__}: {exc}")
-
-
-class _Deferral:
-    """``UnitPool.deferred_evictions()``: a re-entrant hold on eviction callbacks."""
-
-    __slots__ = ("_pool", "_undo_on_error")
-
-    def __init__(self, pool: UnitPool, undo_on_error: bool = False) -> None:
-        self._pool = pool
-        self._undo_on_error = undo_on_error
-
-    def __enter__(self) -> None:
-        self._pool._defer += 1
-
-    def __exit__(self, exc_type: object, *exc: object) -> None:
-        pool = self._pool
-        pool._defer -= 1
-        if pool._defer == 0 and pool._deferred:
-            evicted, pool._deferred = pool._deferred, []
-            undo, pool._undo = pool._undo, []
-            if pool.on_evict is not None:
-                failed = pool._fire(evicted)
-                if failed is not None:
-                    undone = False
-                    if self._undo_on_error and exc_type is None:
-                        undone = all([pool._unreserve(u) for u in reversed(undo)])
-                    raise _callback_error(failed, undone) from failed[1]
 
 
 class _StoreAccess:

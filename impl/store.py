@@ -47,6 +47,13 @@ row taken; ``on_transition(machine, row, subject)`` is called after each applied
 (``None`` by default, one attribute test per row when unset). Subjects: the checkpoint id
 for ``record``; the :class:`StateStoreOperationId` for ``offload``; ``(cid, dst_slot)``
 for ``restore``; the lease id for ``lease``.
+
+Modules: this one holds the class with its constructor, the queries, the record machine
+(the effects of every record row), the stores and the index changes; its topic mixins hold
+the restores (:mod:`._store_restores`), the CPU tier, transfer leases and adoption
+(:mod:`._store_offload`), and ``clone``, ``snapshot`` and ``self_check``
+(:mod:`._store_views`). The record entries and the mixins' typed base are in
+:mod:`._store_base`.
 """
 
 from __future__ import annotations
@@ -54,23 +61,12 @@ from __future__ import annotations
 import heapq
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Hashable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable
 from typing import Any
 
 from pagedstate.spec import tables as T
 from pagedstate.spec.changelog import changed_since as _changed_since
-from pagedstate.spec.errors import (
-    InvalidArgumentError,
-    LeaseReusedError,
-    PinUnderflowError,
-    SlotBusyError,
-    SourcePinLostError,
-    StoreOwnedUnitsError,
-    UnknownOperationError,
-    need_timeout,
-    read_clock,
-)
+from pagedstate.spec.errors import InvalidArgumentError, PinUnderflowError
 from pagedstate.spec.guards import (
     forfeit_untrusted,
     index_guard,
@@ -80,7 +76,6 @@ from pagedstate.spec.guards import (
     unpin_guard,
 )
 from pagedstate.spec.protocols import need_pool
-from pagedstate.spec.snapshot import OffloadPinView, RecordView, Snapshot
 from pagedstate.spec.tables import Row, Table
 from pagedstate.spec.types import (
     CHECKPOINT_OWNER,
@@ -88,10 +83,15 @@ from pagedstate.spec.types import (
     CheckpointStoreOp,
     PagedStateCheckpointSpec,
     StateStoreOperationId,
-    SuspendedCheckpointRestore,
 )
 
-from ._args import is_checkpoint_owner, is_dirtying, is_int, need_int
+from ._args import need_int
+from ._store_base import RowSink, TransitionHook, _OffloadPin, _Record
+from ._store_base import _as_store as _as_store
+from ._store_base import _deferring as _deferring
+from ._store_offload import _Offload
+from ._store_restores import _Restores
+from ._store_views import _Views
 from .pool import UnitPool
 
 __all__ = [
@@ -110,11 +110,6 @@ DEFAULT_FORFEIT_BOUND = 4096
 #: SPEC B.1: the change log keeps the last 4096 bumps.
 DEFAULT_CHANGE_LOG_SIZE = 4096
 
-#: Where row hits are recorded: a set of ``(machine, row index)``.
-RowSink = set[tuple[str, int]]
-#: ``on_transition(machine, row, subject)``: called after each applied table row.
-TransitionHook = Callable[[str, Row, object], None]
-
 _READY = T.READY
 _ABSENT = T.ABSENT
 _COPYING = T.COPYING
@@ -132,77 +127,9 @@ _CID_MASK = (1 << _CID_BITS) - 1
 _BEGIN_STORE = T.RECORD.step(T.ABSENT, "begin_store")
 _PUBLISH = T.RECORD.step(T.COPYING, "publish")
 _DEDUP = T.RECORD.step(T.COPYING, "dedup")
-_BEGIN_RESTORE = T.RESTORE.step(T.R_NONE, "begin_restore")
 
 
-class _Record:
-    __slots__ = ("prefix_hash", "unit_ids", "phase", "pin_count", "stamp")
-
-    def __init__(
-        self, prefix_hash: int, unit_ids: tuple[int, ...], phase: str, pin_count: int = 0
-    ) -> None:
-        self.prefix_hash = prefix_hash
-        self.unit_ids = unit_ids
-        self.phase = phase
-        self.pin_count = pin_count
-        #: LRU recency stamp (see ``_CID_BITS``); meaningful while READY (larger is more
-        #: recent).
-        self.stamp = 0  # pragma: no mutate (the row to READY stamps it before it is read)
-
-    def copy(self) -> _Record:
-        c = _Record(self.prefix_hash, self.unit_ids, self.phase, self.pin_count)
-        c.stamp = self.stamp
-        return c
-
-
-class _OffloadPin:
-    __slots__ = ("checkpoint_id", "pinned_at", "source_released", "reclaimable")
-
-    def __init__(
-        self, cid: int, pinned_at: float, source_released: bool, reclaimable: bool
-    ) -> None:
-        self.checkpoint_id = cid
-        self.pinned_at = pinned_at
-        self.source_released = source_released
-        self.reclaimable = reclaimable
-
-    def copy(self) -> _OffloadPin:
-        return _OffloadPin(
-            self.checkpoint_id, self.pinned_at, self.source_released, self.reclaimable
-        )
-
-
-def _deferring(pool: Any, *, undo_on_error: bool = False) -> AbstractContextManager[Any]:
-    """``pool.deferred_evictions()`` where the pool offers it (see :mod:`.pool`)."""
-    # equivalent mutants: the general path does the same, slower
-    if type(pool) is UnitPool and not undo_on_error:  # pragma: no mutate
-        return pool._deferral
-    defer = getattr(pool, "deferred_evictions", None)
-    if defer is None:
-        return nullcontext()
-    context: AbstractContextManager[Any] = defer(undo_on_error=True) if undo_on_error else defer()
-    return context
-
-
-def _as_store(pool: Any) -> AbstractContextManager[Any]:
-    """``pool._as_store()`` where the pool offers it: the store is calling, so the pool
-    accepts store owners (SPEC A.3; see :mod:`.pool`)."""
-    access = getattr(pool, "_as_store", None)
-    if access is None:
-        return nullcontext()
-    context: AbstractContextManager[Any] = access()
-    return context
-
-
-def _count_add(counts: dict[int, int], key: int, n: int) -> None:
-    left = counts.get(key, 0) + n
-    if left:
-        counts[key] = left
-    else:
-        del counts[key]
-
-
-class PageUnitCheckpointStore:
+class PageUnitCheckpointStore(_Restores, _Offload, _Views):
     """Production checkpoint store (SPEC B.1-B.4 with section G).
 
     Args:
@@ -296,57 +223,12 @@ class PageUnitCheckpointStore:
         self._forfeit_bound = forfeit_bound
         self._forfeit_watermark = 0
 
-    # -- copying ------------------------------------------------------------------------
-
-    def clone(self, pool: UnitPool | None = None) -> PageUnitCheckpointStore:
-        """A deep copy sharing nothing mutable (the clock, row sink and transition hook are
-        shared); over ``pool`` if given, else over a clone of this store's pool. O(state)."""
-        c = type(self).__new__(type(self))
-        c.__dict__.update(self.__dict__)
-        c.pool = pool if pool is not None else self.pool.clone()
-        c.records = {k: r.copy() for k, r in self.records.items()}
-        c.hash_to_checkpoint = dict(self.hash_to_checkpoint)
-        c._pending_by_hash = dict(self._pending_by_hash)
-        c._lru = OrderedDict(self._lru)
-        c._victims = list(self._victims)
-        c._inflight_stores = list(self._inflight_stores)
-        c._queued_restores = dict(self._queued_restores)
-        c._inflight_restores = list(self._inflight_restores)
-        c._inflight_slots = set(self._inflight_slots)
-        c._suspended = dict(self._suspended)
-        c._suspended_slots = dict(self._suspended_slots)
-        c._changes = deque(self._changes, maxlen=self._change_log_size)
-        c._offload_ready = deque(self._offload_ready)
-        c._offload_pins = {k: p.copy() for k, p in self._offload_pins.items()}
-        c._op_hashes = set(self._op_hashes)
-        c._reclaimable = OrderedDict(self._reclaimable)
-        c._forfeited = dict(self._forfeited)
-        c._forfeit_heap = list(self._forfeit_heap)
-        return c
-
     # -- reading --------------------------------------------------------------------------
 
     @property
     def units_per_checkpoint(self) -> int:
         """Units per image, ``ceil(image_bytes / page_unit_bytes)`` (SPEC A.1). O(1)."""
         return self._units
-
-    @property
-    def offload_sink(self) -> bool:
-        """Whether READY records are nominated for the CPU tier. Switching it off drops the
-        backlog (C16: no sink, no nominations); handed-out pins stay until their report."""
-        return self._offload_sink
-
-    @offload_sink.setter
-    def offload_sink(self, on: bool) -> None:
-        self._offload_sink = bool(on)
-        if not self._offload_sink:
-            self._offload_ready.clear()
-
-    @property
-    def store_backlog(self) -> deque[int]:
-        """Nominations waiting to be handed to the tier (a copy). O(backlog)."""
-        return deque(self._offload_ready)
 
     def lookup(self, prefix_hash: int) -> int:
         """The READY record's checkpoint id for ``prefix_hash``, or -1. O(1).
@@ -423,16 +305,6 @@ class PageUnitCheckpointStore:
                 spendable -= 1
         return units_available(count, self.pool.num_free, spendable, self._units)
 
-    def restore_queued_for(self, dst_slot: int) -> bool:
-        """Whether a queued restore will write ``dst_slot`` on the next batch. O(1).
-
-        Raises:
-            InvalidArgumentError: ``dst_slot`` is not an int.
-        """
-        if type(dst_slot) is not int:  # pragma: no mutate (need_int re-checks)
-            need_int("dst_slot", dst_slot)
-        return dst_slot in self._queued_restores
-
     def changed_since(self, generation: int) -> set[int] | None:
         """Hashes whose READY state changed after ``generation``; ``None`` when unknown (the
         log does not reach back, or a clear happened). SPEC B.3 row 23, G6. O(changes since
@@ -444,14 +316,6 @@ class PageUnitCheckpointStore:
         if type(generation) is not int:  # pragma: no mutate (need_int re-checks)
             need_int("generation", generation)
         return _changed_since(self.generation, self._changes, generation)
-
-    def has_offload_pins(self) -> bool:
-        """True from dispatch of an offload store or lease until its terminal report. O(1)."""
-        return bool(self._offload_pins)
-
-    def _hash_in_flight(self, prefix_hash: int) -> bool:
-        """Whether any operation of ``prefix_hash`` awaits its report. O(1)."""
-        return prefix_hash in self._op_hashes
 
     def was_reclaimed(self, op: StateStoreOperationId) -> bool:
         """Whether ``op``'s source was taken back before it reported (G7: fails closed past
@@ -601,13 +465,6 @@ class PageUnitCheckpointStore:
         row = T.RECORD.step(rec.phase, "evict", store_guard(rec.pin_count))
         self._apply(cid, rec, row)
         self.evictions += 1
-
-    def _slot_busy(self, dst_slot: int) -> bool:
-        return (
-            dst_slot in self._queued_restores
-            or dst_slot in self._inflight_slots
-            or dst_slot in self._suspended_slots
-        )
 
     # -- stores ---------------------------------------------------------------------------
 
@@ -767,160 +624,6 @@ class PageUnitCheckpointStore:
                     self._took(T.RESTORE, row, (cid, op.dst_slot))
                 self._unpin(cid, "restore")
 
-    # -- restores -------------------------------------------------------------------------
-
-    def begin_restore(self, prefix_hash: int, dst_slot: int) -> CheckpointRestoreOp | None:
-        """Queue a restore of ``prefix_hash``'s READY image into ``dst_slot`` and pin it
-        (SPEC B.3 row 4); the record moves to the hot end of the LRU. Takes no units.
-        ``None`` when no READY image exists. O(1).
-
-        Raises:
-            InvalidArgumentError: ``prefix_hash`` not an int, ``dst_slot`` not an int >= 0.
-            SlotBusyError: ``dst_slot`` already has a queued, in-flight or suspended
-                restore (G4).
-        """
-        if type(prefix_hash) is not int:  # pragma: no mutate (need_int re-checks)
-            need_int("prefix_hash", prefix_hash)
-        if type(dst_slot) is not int or dst_slot < 0:  # pragma: no mutate (need_int re-checks)
-            need_int("dst_slot", dst_slot, 0)
-        cid = self.lookup(prefix_hash)
-        if cid < 0:
-            return None
-        if self._slot_busy(dst_slot):
-            raise SlotBusyError(
-                f"slot {dst_slot} already has a restore queued, in flight or suspended (G4)"
-            )
-        rrow = _BEGIN_RESTORE
-        rec = self.records[cid]
-        self._apply(cid, rec, T.RECORD.step(rec.phase, "pin_restore"))
-        self._lru.move_to_end(cid)
-        self._refresh(cid, rec)
-        op = CheckpointRestoreOp(dst_slot, rec.unit_ids, self.spec.image_bytes, self.spec.layout_id)
-        self._queued_restores[dst_slot] = (cid, op)
-        if self.row_sink is not None or self.on_transition is not None:
-            self._took(T.RESTORE, rrow, (cid, dst_slot))
-        return op
-
-    def take_restore_ops(self) -> tuple[CheckpointRestoreOp, ...]:
-        """Move every queued restore in flight, in queue order (SPEC B.3 row 5); pins
-        unchanged. O(restores taken)."""
-        queued = self._queued_restores
-        if not queued:
-            return ()
-        self._queued_restores = {}
-        row = T.RESTORE.step(T.QUEUED, "take")
-        inflight = self._inflight_restores
-        slots = self._inflight_slots
-        ops = []
-        for slot, entry in queued.items():
-            inflight.append(entry)
-            slots.add(slot)
-            ops.append(entry[1])
-            if self.row_sink is not None or self.on_transition is not None:
-                self._took(T.RESTORE, row, (entry[0], slot))
-        return tuple(ops)
-
-    def cancel_queued_restore(self, dst_slot: int) -> None:
-        """Drop the queued restore into ``dst_slot`` and release its pin (SPEC B.3 row 6).
-        O(1).
-
-        Raises:
-            InvalidArgumentError: ``dst_slot`` is not an int.
-        """
-        if type(dst_slot) is not int:  # pragma: no mutate (need_int re-checks)
-            need_int("dst_slot", dst_slot)
-        entry = self._queued_restores.get(dst_slot)
-        if entry is None:
-            return
-        row = T.RESTORE.step(T.QUEUED, "cancel")
-        del self._queued_restores[dst_slot]
-        self._took(T.RESTORE, row, (entry[0], dst_slot))
-        self._unpin(entry[0], "restore")
-
-    def suspend_queued_restore(self, dst_slot: int) -> SuspendedCheckpointRestore | None:
-        """Take the queued restore into ``dst_slot`` off the queue, keeping its pin, and
-        return a single-use lease on it (SPEC B.3 row 7, G3); ``None`` if none is queued.
-        O(1).
-
-        Raises:
-            InvalidArgumentError: ``dst_slot`` is not an int.
-            AmbiguousSuspendError: never here: the queue holds one restore per slot (G4).
-        """
-        if type(dst_slot) is not int:  # pragma: no mutate (need_int re-checks)
-            need_int("dst_slot", dst_slot)
-        entry = self._queued_restores.get(dst_slot)
-        if entry is None:
-            return None
-        rrow = T.RESTORE.step(T.QUEUED, "suspend")
-        lrow = T.LEASE.step(T.L_NONE, "suspend")
-        del self._queued_restores[dst_slot]
-        lease_id = self._next_lease_id
-        self._next_lease_id += 1
-        self._suspended[lease_id] = entry
-        _count_add(self._suspended_slots, dst_slot, 1)
-        self._took(T.RESTORE, rrow, (entry[0], dst_slot))
-        self._took(T.LEASE, lrow, lease_id)
-        return SuspendedCheckpointRestore(entry[0], entry[1], lease_id)
-
-    def _live_lease(self, restore: SuspendedCheckpointRestore) -> tuple[int, CheckpointRestoreOp]:
-        if not isinstance(restore, SuspendedCheckpointRestore):
-            raise InvalidArgumentError(f"expected a SuspendedCheckpointRestore, got {restore!r}")
-        if type(restore.lease_id) is not int:  # pragma: no mutate (need_int re-checks)
-            need_int("lease_id", restore.lease_id)
-        entry = self._suspended.get(restore.lease_id)
-        if entry is None:
-            if 0 <= restore.lease_id < self._next_lease_id:
-                raise LeaseReusedError(
-                    f"suspended restore lease {restore.lease_id} was already resumed or"
-                    " released; a lease is single-use (G3)"
-                )
-            raise UnknownOperationError(f"lease {restore.lease_id} was not issued by this store")
-        if entry != (restore.checkpoint_id, restore.op):
-            raise UnknownOperationError(f"lease {restore.lease_id} does not match what was issued")
-        return entry
-
-    def resume_suspended_restore(self, restore: SuspendedCheckpointRestore) -> None:
-        """Put a suspended restore back at the end of the queue (SPEC B.3 row 8), spending
-        the lease. O(1).
-
-        Raises:
-            InvalidArgumentError: ``restore`` is not a :class:`SuspendedCheckpointRestore`.
-            LeaseReusedError: the lease was already resumed or released (G3).
-            UnknownOperationError: the lease was not issued by this store.
-            SourcePinLostError: its record holds no pin (SPEC row 8).
-            SlotBusyError: another restore into the slot is queued or in flight (G4).
-        """
-        cid, op = self._live_lease(restore)
-        rec = self.records.get(cid)
-        if rec is None or rec.pin_count <= 0:
-            raise SourcePinLostError(f"suspended restore of checkpoint {cid} lost its source pin")
-        slot = op.dst_slot
-        if slot in self._queued_restores or slot in self._inflight_slots:
-            raise SlotBusyError(f"slot {slot} already has a restore queued or in flight (G4)")
-        lrow = T.LEASE.step(T.LIVE, "resume")
-        rrow = T.RESTORE.step(T.SUSPENDED, "resume")
-        del self._suspended[restore.lease_id]
-        _count_add(self._suspended_slots, slot, -1)
-        self._queued_restores[slot] = (cid, op)
-        self._took(T.LEASE, lrow, restore.lease_id)
-        self._took(T.RESTORE, rrow, (cid, slot))
-
-    def release_suspended_restore(self, restore: SuspendedCheckpointRestore) -> None:
-        """Drop a suspended restore and its pin (SPEC B.3 row 9), spending the lease. O(1).
-
-        Raises:
-            InvalidArgumentError, LeaseReusedError, UnknownOperationError: as
-                :meth:`resume_suspended_restore`.
-        """
-        cid, op = self._live_lease(restore)
-        lrow = T.LEASE.step(T.LIVE, "release")
-        rrow = T.RESTORE.step(T.SUSPENDED, "release")
-        del self._suspended[restore.lease_id]
-        _count_add(self._suspended_slots, op.dst_slot, -1)
-        self._took(T.LEASE, lrow, restore.lease_id)
-        self._took(T.RESTORE, rrow, (cid, op.dst_slot))
-        self._unpin(cid, "restore")
-
     # -- index changes --------------------------------------------------------------------
 
     def unindex(self, prefix_hash: int) -> bool:
@@ -972,349 +675,3 @@ class PageUnitCheckpointStore:
             self._note_change(None)
         for cid, _rec, row in plan:
             self._took(T.RECORD, row, cid)
-
-    def adopt_units(self, unit_ids: tuple[int, ...], owner: Hashable, prefix_hash: int) -> bool:
-        """Make a completed external image the READY record of ``prefix_hash`` by retagging
-        ``owner``'s units, with no window in which they are free (SPEC B.3 row 13). If the
-        hash is READY or pending, the units are released and False returned. Not nominated
-        for offload. The identity is taken only after the rekey succeeded (G8). O(units).
-
-        Raises:
-            InvalidArgumentError: wrong unit count or argument types.
-            StoreOwnedUnitsError: ``owner`` is a checkpoint's own tag (its units are not
-                adoptable), or a transfer reservation ``("state-transfer", o)`` and the
-                caller is not the coordinator (``adopt_transfer_units``), which would still
-                name the units.
-            WrongOwnerError, PartialReleaseError, DuplicateUnitError: the units are not
-                exactly ``owner``'s whole reservation.
-        """
-
-        if type(prefix_hash) is not int:  # pragma: no mutate (need_int re-checks)
-            need_int("prefix_hash", prefix_hash)
-        if not isinstance(unit_ids, (list, tuple)) or len(unit_ids) != self._units:
-            raise InvalidArgumentError(
-                f"adoption needs exactly {self._units} units, got {unit_ids!r}"
-            )
-        if is_checkpoint_owner(owner):
-            raise StoreOwnedUnitsError.for_owner(owner)
-        if is_dirtying(owner):
-            if not self._transfer_grant:
-                raise StoreOwnedUnitsError.for_transfer_adoption(owner)
-            self._transfer_grant = False  # spent: it serves this call alone
-        if self.contains_or_pending(prefix_hash):
-            with _as_store(self.pool):
-                self.pool.release_units(unit_ids, owner)
-            return False
-        row = T.RECORD.step(T.ABSENT, "adopt")
-        cid = self._next_checkpoint_id
-        with _as_store(self.pool):
-            self.pool.rekey_units(unit_ids, owner, (CHECKPOINT_OWNER, cid))
-        self._next_checkpoint_id += 1
-        # equivalent mutants: the row sets the phase
-        rec = _Record(prefix_hash, tuple(unit_ids), T.ABSENT)  # pragma: no mutate
-        self.records[cid] = rec
-        self._apply(cid, rec, row)
-        return True
-
-    # -- offload (SPEC B.3 rows 15-21, G7) -------------------------------------------------
-
-    def _queue_offload_store(self, cid: int) -> None:
-        """Nominate ``cid`` without pinning it (SPEC B.3 row 20). O(1) amortized."""
-        ready = self._offload_ready
-        ready.append(cid)
-        while len(ready) > self._offload_backlog_cap:
-            ready.popleft()
-            self.offload_nominations_dropped += 1
-
-    def _pin_offload_source(
-        self, cid: int, *, timeout_reclaimable: bool, now: float
-    ) -> tuple[StateStoreOperationId, tuple[int, ...]]:
-        rec = self.records[cid]
-        orow = T.OFFLOAD.step(T.OP_NONE, "take" if timeout_reclaimable else "acquire")
-        prow = T.RECORD.step(rec.phase, "pin_offload" if timeout_reclaimable else "pin_lease")
-        self._apply(cid, rec, prow)
-        self._offload_generation += 1
-        op = StateStoreOperationId(rec.prefix_hash, self._offload_generation)
-        self._offload_pins[op] = _OffloadPin(cid, now, False, timeout_reclaimable)
-        self._op_hashes.add(rec.prefix_hash)
-        if timeout_reclaimable:
-            rec_ops = self._reclaimable
-            if rec_ops:
-                last = self._offload_pins[next(reversed(rec_ops))].pinned_at
-                if not now >= last:
-                    self._reclaim_in_order = False
-            rec_ops[op] = None  # pragma: no mutate (an ordered set: values unread)
-        self._took(T.OFFLOAD, orow, op)
-        return op, rec.unit_ids
-
-    def _retire_op(self, op: StateStoreOperationId, pin: _OffloadPin) -> None:
-        """Remove ``op`` from the operation map and its indexes."""
-        del self._offload_pins[op]
-        self._op_hashes.remove(op.prefix_hash)
-        if pin.reclaimable:
-            del self._reclaimable[op]
-            if not self._reclaimable:
-                # equivalent mutants: False only makes reclaim read every pin
-                self._reclaim_in_order = True  # pragma: no mutate
-
-    def take_offload_stores(
-        self, max_inflight: int
-    ) -> list[tuple[StateStoreOperationId, tuple[int, ...]]]:
-        """Hand nominated READY images to the CPU tier, pinning each, while fewer than
-        ``max_inflight`` operations are outstanding (SPEC B.3 row 15). A nominee whose hash
-        already has an operation is deferred to the front of the queue, in order; a spent
-        nominee is dropped for good. Returns ``[(op, unit_ids)]``.
-
-        O(handed out + dropped + deferred): deferred nominees each have a distinct hash with
-        an operation outstanding, so there are fewer than ``max_inflight`` of them; dropped
-        ones are paid for by their nomination.
-
-        Raises:
-            InvalidArgumentError: ``max_inflight`` is not a non-negative int.
-        """
-        # equivalent mutants: need_int re-checks
-        if type(max_inflight) is not int or max_inflight < 0:  # pragma: no mutate
-            need_int("max_inflight", max_inflight, 0)
-        out = []
-        deferred: list[int] = []
-        ready = self._offload_ready
-        pins = self._offload_pins
-        records = self.records
-        # Read once, before any nominee is taken: a failing clock changes nothing.
-        now = read_clock(self.clock) if ready and len(pins) < max_inflight else 0.0
-        while ready and len(pins) < max_inflight:
-            cid = ready.popleft()
-            rec = records.get(cid)
-            if rec is None or rec.phase != _READY:
-                continue
-            if rec.prefix_hash in self._op_hashes:
-                deferred.append(cid)
-                continue
-            out.append(self._pin_offload_source(cid, timeout_reclaimable=True, now=now))
-        if deferred:
-            ready.extendleft(reversed(deferred))
-        return out
-
-    def acquire_checkpoint_source(
-        self, prefix_hash: int, *, max_inflight: int | None = None
-    ) -> tuple[StateStoreOperationId, tuple[int, ...]] | None:
-        """Lease ``prefix_hash``'s READY image for an external transfer (SPEC B.3 row 16).
-        Never timed out; release and settle it like an offload store. ``None`` when over
-        ``max_inflight`` outstanding operations, not READY, or the hash has an operation.
-        O(1).
-
-        Raises:
-            InvalidArgumentError: ``prefix_hash`` not an int, ``max_inflight`` neither None
-                nor a non-negative int.
-        """
-        if type(prefix_hash) is not int:  # pragma: no mutate (need_int re-checks)
-            need_int("prefix_hash", prefix_hash)
-        if max_inflight is not None:
-            # equivalent mutants: need_int re-checks
-            if type(max_inflight) is not int or max_inflight < 0:  # pragma: no mutate
-                need_int("max_inflight", max_inflight, 0)
-            if len(self._offload_pins) >= max_inflight:
-                return None
-        cid = self.lookup(prefix_hash)
-        if cid < 0 or prefix_hash in self._op_hashes:
-            return None
-        now = read_clock(self.clock)  # before any change: a failing clock changes nothing
-        return self._pin_offload_source(cid, timeout_reclaimable=False, now=now)
-
-    def _need_op(self, op: object) -> StateStoreOperationId:
-        if not isinstance(op, StateStoreOperationId):
-            raise InvalidArgumentError(f"op must be a StateStoreOperationId, got {op!r}")
-        if not (is_int(op.prefix_hash) and is_int(op.generation)):
-            raise InvalidArgumentError(f"an operation's fields must be ints, got {op!r}")
-        return op
-
-    def release_offload_store_source(self, op: StateStoreOperationId) -> None:
-        """Phase 1 report: the gather drained; drop the source pin, keep the op until its
-        terminal report (SPEC B.3 row 18). Unknown or repeated ops are ignored. O(1).
-
-        Raises:
-            InvalidArgumentError: ``op`` is not a :class:`StateStoreOperationId`.
-        """
-        self._need_op(op)
-        pin = self._offload_pins.get(op)
-        if pin is None:
-            return
-        if pin.source_released:
-            self._took(T.OFFLOAD, T.OFFLOAD.step(T.SOURCE_RELEASED, "release_source"), op)
-            return
-        row = T.OFFLOAD.step(T.PINNED, "release_source")
-        pin.source_released = True
-        self._took(T.OFFLOAD, row, op)
-        self._unpin(pin.checkpoint_id, "offload" if pin.reclaimable else "lease")
-
-    def settle_offload_store(self, op: StateStoreOperationId) -> None:
-        """Phase 2 report (stored ok or failed): retire the op, releasing its pin if phase 1
-        never came (SPEC B.3 row 19). Unknown, late or repeated ops are ignored. O(1).
-
-        Raises:
-            InvalidArgumentError: ``op`` is not a :class:`StateStoreOperationId`.
-        """
-        self._need_op(op)
-        pin = self._offload_pins.get(op)
-        if pin is None:
-            return
-        phase = T.SOURCE_RELEASED if pin.source_released else T.PINNED
-        row = T.OFFLOAD.step(phase, "settle")
-        self._retire_op(op, pin)
-        self._took(T.OFFLOAD, row, op)
-        if not pin.source_released:
-            self._unpin(pin.checkpoint_id, "offload" if pin.reclaimable else "lease")
-
-    def reclaim_stale_offload_pins(self, timeout_s: float) -> int:
-        """Retire reclaimable offload ops pinned at or before ``now - timeout_s`` (SPEC B.3
-        row 21), in pin order.
-
-        An op whose source was never released is forfeited: its pin is dropped and
-        ``was_reclaimed(op)`` answers True for good (G7). Leases are never reclaimed.
-        Returns the number of ops retired; ``timeout_s <= 0`` disables reclaim (returns 0).
-        O(1 + retired) with a monotonic clock: only the expired prefix of the reclaimable
-        ops (in pin order) is read; if the clock ever went backwards while reclaimable ops
-        were outstanding, O(reclaimable ops) until they are all gone.
-
-        Raises:
-            InvalidArgumentError: ``timeout_s`` is not a real number of seconds (or is NaN).
-        """
-        need_timeout(timeout_s)
-        if timeout_s <= 0 or not self._offload_pins:
-            return 0
-        now = read_clock(self.clock)
-        pins = self._offload_pins
-        stale: list[StateStoreOperationId] = []
-        if self._reclaim_in_order:
-            for op in self._reclaimable:
-                if not pins[op].pinned_at <= now - timeout_s:
-                    break
-                stale.append(op)
-        else:
-            stale = [op for op in self._reclaimable if pins[op].pinned_at <= now - timeout_s]
-        for op in stale:
-            pin = pins[op]
-            phase = T.SOURCE_RELEASED if pin.source_released else T.PINNED
-            row = T.OFFLOAD.step(phase, "reclaim", "reclaimable")
-            self._retire_op(op, pin)
-            self.offload_pins_reclaimed += 1
-            self._took(T.OFFLOAD, row, op)
-            if not pin.source_released:
-                self._unpin(pin.checkpoint_id, "offload")
-                self._remember_forfeit(op)
-        return len(stale)
-
-    def _remember_forfeit(self, op: StateStoreOperationId) -> None:
-        """Remember ``op`` as forfeited; past the bound, forget the lowest generation and
-        raise the watermark to it (G7). O(log bound)."""
-        self._forfeited[op] = None  # pragma: no mutate (a set: values unread)
-        heapq.heappush(self._forfeit_heap, (op.generation, op))
-        while len(self._forfeited) > self._forfeit_bound:
-            gen, oldest = heapq.heappop(self._forfeit_heap)
-            del self._forfeited[oldest]
-            self._forfeit_watermark = max(self._forfeit_watermark, gen)
-
-    # -- self-check -----------------------------------------------------------------------
-
-    def self_check(self) -> list[str]:
-        """Problems with the store's own indexes, as sentences (empty: none): what the
-        snapshot does not show, checked against the records. The hash index names READY
-        records and the pending map COPYING ones, under their own hashes; the LRU holds
-        exactly the READY records; the evictable count is the number of unpinned READY
-        records, and the victim heap holds each one's current stamp; restore slots are in
-        one place each; the offload indexes match the offload operations; every record's
-        units are tagged with it in the pool (a production pool's own :meth:`UnitPool.
-        self_check` too). For tests and the conformance kit (its ``self_check`` hook).
-        Never raises. O(state + num_units)."""
-        out: list[str] = []
-        records = self.records
-        for index, phase in ((self.hash_to_checkpoint, _READY), (self._pending_by_hash, _COPYING)):
-            for h, cid in index.items():
-                rec = records.get(cid)
-                if rec is None or rec.phase != phase or rec.prefix_hash != h:
-                    out.append(f"the {phase} index maps {h} to {cid}, which is not {phase} {h}")
-        ready = {cid for cid, r in records.items() if r.phase == _READY}
-        if set(self._lru) != ready:
-            out.append(f"the LRU holds {sorted(self._lru)}, the READY records are {sorted(ready)}")
-        evictable = [cid for cid in ready if records[cid].pin_count == 0]
-        if self._num_evictable != len(evictable):
-            out.append(f"the evictable count is {self._num_evictable}, not {len(evictable)}")
-        heap = self._victims
-        if any(heap[(i - 1) // 2] > heap[i] for i in range(1, len(heap))):
-            out.append("the victim heap is out of order")
-        stamps = set(heap)
-        lost = [cid for cid in evictable if records[cid].stamp not in stamps]
-        if lost:
-            out.append(f"evictable records missing from the victim heap: {sorted(lost)}")
-        queued, inflight = set(self._queued_restores), self._inflight_slots
-        suspended = set(self._suspended_slots)
-        if queued & inflight or queued & suspended or inflight & suspended:
-            out.append("a slot has restores in two places (G4)")
-        if inflight != {op.dst_slot for _, op in self._inflight_restores}:
-            out.append("the in-flight slot set does not match the in-flight restores")
-        pins = self._offload_pins
-        if self._op_hashes != {op.prefix_hash for op in pins}:
-            out.append("the hashes with an offload operation do not match the operations")
-        if set(self._reclaimable) != {op for op, pin in pins.items() if pin.reclaimable}:
-            out.append("the reclaimable set does not match the operations")
-        if len(self._forfeited) > self._forfeit_bound or not set(self._forfeited) <= {
-            op for _, op in self._forfeit_heap
-        }:
-            out.append("the forfeit memory exceeds its bound or its heap")
-        pool = self.pool
-        if type(pool) is UnitPool:
-            for cid, rec in records.items():
-                for piece, u in enumerate(rec.unit_ids):
-                    if pool.owner_of(u) != ((CHECKPOINT_OWNER, cid), piece):
-                        out.append(f"unit {u} of record {cid} is tagged {pool.owner_of(u)!r}")
-            out += pool.self_check()
-        return out
-
-    # -- snapshot -------------------------------------------------------------------------
-
-    def snapshot(self, **coordinator_fields: Any) -> Snapshot:
-        """Everything observable, as the spec's :class:`Snapshot` (a coordinator passes its
-        own fields through ``coordinator_fields``). O(state)."""
-        pool = self.pool
-        free, dirty, tags = pool.snapshot_parts()
-        cached_units = getattr(pool, "cached_units", None)
-        return Snapshot(
-            num_units=pool.num_units,
-            units_per_checkpoint=self._units,
-            free=free,
-            dirty=dirty,
-            tags=tags,
-            cached=cached_units() if cached_units is not None else (),
-            records={
-                c: RecordView(r.prefix_hash, r.unit_ids, r.phase, r.pin_count)
-                for c, r in self.records.items()
-            },
-            index=dict(self.hash_to_checkpoint),
-            pending=dict(self._pending_by_hash),
-            lru=tuple(self._lru),
-            inflight_stores=tuple(self._inflight_stores),
-            queued_restores=tuple((c, op.dst_slot) for c, op in self._queued_restores.values()),
-            inflight_restores=tuple((c, op.dst_slot) for c, op in self._inflight_restores),
-            suspended=tuple(
-                sorted((lid, c, op.dst_slot) for lid, (c, op) in self._suspended.items())
-            ),
-            offload_sink=self._offload_sink,
-            offload_ready=tuple(self._offload_ready),
-            offload_backlog_cap=self._offload_backlog_cap,
-            offload_pins={
-                op: OffloadPinView(p.checkpoint_id, p.source_released, p.reclaimable, p.pinned_at)
-                for op, p in self._offload_pins.items()
-            },
-            forfeited=frozenset(self._forfeited),
-            forfeit_watermark=self._forfeit_watermark,
-            forfeit_bound=self._forfeit_bound,
-            generation=self.generation,
-            changes=tuple(self._changes),
-            next_checkpoint_id=self._next_checkpoint_id,
-            next_lease_id=self._next_lease_id,
-            offload_generation=self._offload_generation,
-            evictions=self.evictions,
-            offload_pins_reclaimed=self.offload_pins_reclaimed,
-            offload_nominations_dropped=self.offload_nominations_dropped,
-            **coordinator_fields,
-        )

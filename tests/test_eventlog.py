@@ -756,7 +756,7 @@ def test_zero_cost_when_off_and_after_detach() -> None:
 
 def test_every_public_method_is_logged_or_listed() -> None:
     public = {
-        n for n, v in vars(I.PagedStateCheckpointCoordinator).items()
+        n for k in I.PagedStateCheckpointCoordinator.__mro__ for n, v in vars(k).items()
         if not n.startswith("_") and callable(v) and not isinstance(v, type)
     }
     assert public == set(EL.COORDINATOR_CALLS) | EL.NOT_LOGGED

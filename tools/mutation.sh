@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make mutation`: mutmut over impl/store.py and impl/pool.py (docs/mutation.md).
+# `make mutation`: mutmut over the store and the pool, impl/store.py and impl/pool.py with
+# their mixin modules (the [tool.mutmut] only_mutate list; docs/mutation.md).
 #
 # Stages REV (default HEAD) in MUTATION_DIR with tools/mutation_stage.sh, then runs mutmut
 # there with the [tool.mutmut] section of pyproject.toml and the Hypothesis `ci` profile.

@@ -2,10 +2,11 @@
 # Stage a mutmut-friendly copy of one commit for mutation testing (see docs/mutation.md).
 #
 # mutmut 3 derives a mutant's module name from its file path and puts mutants/src
-# first on sys.path. The repo maps spec/ models/ impl/ gpu/ into the namespace package
-# `pagedstate` through setuptools package-dir, and the editable install's finder would
+# first on sys.path. The repo maps spec/ models/ impl/ gpu/ engines/ into the namespace
+# package `pagedstate` through setuptools package-dir, and the editable install's finder would
 # import the *original* impl/ from mutants/. So the copy lays the code out as
-# src/pagedstate/{spec,models,impl,gpu}: `src/pagedstate/impl/store.py` is named
+# src/pagedstate/{spec,models,impl,gpu,engines} (those the commit has: engines/ is newer):
+# `src/pagedstate/impl/store.py` is named
 # `pagedstate.impl.store` by mutmut and by Python alike, and the plain path finder
 # (ahead of the editable finder on sys.meta_path) imports the mutated file.
 #
@@ -20,8 +21,9 @@ root=$(git rev-parse --show-toplevel)
 commit=$(git -C "$root" rev-parse "$rev")
 rm -rf "$dest"
 mkdir -p "$dest/src/pagedstate"
-git -C "$root" archive "$commit" spec models impl gpu tests pyproject.toml README.md \
+mapfile -t dirs < <(git -C "$root" ls-tree --name-only "$commit" spec models impl gpu engines)
+git -C "$root" archive "$commit" "${dirs[@]}" tests pyproject.toml README.md \
     | tar -x -C "$dest"
-for d in spec models impl gpu; do mv "$dest/$d" "$dest/src/pagedstate/$d"; done
+for d in "${dirs[@]}"; do mv "$dest/$d" "$dest/src/pagedstate/$d"; done
 echo "$commit" > "$dest/COMMIT"
 echo "staged $commit in $dest"

@@ -1,0 +1,75 @@
+"""What the production pool's modules share: the eviction callback type, the unit-id list
+check, ``_consume``, the undo record of a reservation, and :class:`_PoolBase`, the typed base
+of the pool's mixins (:mod:`._pool_kv`, :mod:`._pool_checks`): the pool's attributes and the
+per-owner calls of :mod:`.pool` they make, declared for mypy."""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from pagedstate.spec.errors import DuplicateUnitError, InvalidArgumentError
+
+from ._args import need_int
+
+#: Runs an iterator to its end at C speed, keeping nothing (a deque of maxlen 0).
+_consume: Callable[[Iterable[object]], None] = deque[object](maxlen=0).extend
+
+#: ``on_evict(prefix_hash)``: a reservation overwrote the cached KV block of ``prefix_hash``.
+EvictionCallback = Callable[[int], None]
+
+
+def _ids_list(unit_ids: Any) -> tuple[int, ...]:
+    """A list or tuple of non-negative int unit ids without repeats, as a tuple."""
+    if not isinstance(unit_ids, (list, tuple)):
+        raise InvalidArgumentError(
+            f"unit_ids must be a list or tuple, got {type(unit_ids).__qualname__}"
+        )
+    ids = tuple(unit_ids)
+    for u in ids:
+        if type(u) is not int or u < 0:  # pragma: no mutate (need_int re-checks)
+            need_int("unit id", u, 0)
+    if len(set(ids)) != len(ids):
+        raise DuplicateUnitError(f"unit ids repeat: {list(ids)}")
+    return ids
+
+
+#: What undoes one reservation: its units (piece order), owner, the hashes of the cached
+#: units it took (its last ``len(hashes)`` units, in order) and the vacant heap's array it
+#: drained (a reservation that takes a cached unit takes every vacant one first). Its vacant
+#: units go back as that array, or onto the heap if units went vacant since.
+_UndoRecord = tuple[list[int], Hashable, list[int], list[int]]
+
+
+class _PoolBase:
+    """The attributes of :class:`~.pool.UnitPool` (its constructor sets and explains them)
+    and the calls of :mod:`.pool` that its mixins make, declared for mypy only: nothing
+    here exists at run time."""
+
+    num_units: int
+    on_evict: EvictionCallback | None
+    _vacant: list[int]
+    _cached: OrderedDict[int, int]
+    _owners: list[Hashable | None]
+    _pieces: list[int]
+    _held: dict[Hashable, int]
+    _held_ckpt: dict[Hashable, int]
+    _held_xfer: dict[Hashable, int]
+    _dirty: set[int]
+    _defer: int
+    _deferred: list[int]
+    _undo: list[_UndoRecord]
+    _store_calls: int
+
+    if TYPE_CHECKING:
+
+        def _count_of(self, owner: Hashable) -> tuple[dict[Hashable, int], Hashable]: ...
+
+        def _held_by(self, owner: Hashable) -> int: ...
+
+        def _add_held(self, owner: Hashable, n: int) -> None: ...
+
+        def _need_owner(self, name: str, owner: Hashable) -> None: ...
+
+        def _validate_whole(self, unit_ids: Any, owner: Hashable) -> tuple[int, ...]: ...

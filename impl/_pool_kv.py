@@ -1,0 +1,198 @@
+"""The production pool's KV side (SPEC A.4; the engine protocol is in :mod:`.pool`'s
+docstring): parking a released KV reservation's blocks as cached, claiming cached blocks back
+on a prefix-cache hit, uncaching them; and the pool's eviction events, the ``on_evict``
+callbacks of a reservation that overwrote cached blocks: fired in order, held by
+``deferred_evictions()`` blocks, and the undo of a reservation whose callback raised. A
+mixin of :class:`~.pool.UnitPool`."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Hashable
+from itertools import repeat
+from typing import Any
+
+from pagedstate.spec.errors import EvictionCallbackError, InvalidArgumentError
+
+from ._args import is_dirtying, is_int
+from ._pool_base import _consume, _ids_list, _PoolBase, _UndoRecord
+
+
+def _callback_error(failed: tuple[int, Exception], undone: bool) -> EvictionCallbackError:
+    h, exc = failed
+    return EvictionCallbackError(h, undone, f"{type(exc).__name__}: {exc}")
+
+
+class _Deferral:
+    """``UnitPool.deferred_evictions()``: a re-entrant hold on eviction callbacks."""
+
+    __slots__ = ("_pool", "_undo_on_error")
+
+    def __init__(self, pool: _KVSide, undo_on_error: bool = False) -> None:
+        self._pool = pool
+        self._undo_on_error = undo_on_error
+
+    def __enter__(self) -> None:
+        self._pool._defer += 1
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        pool = self._pool
+        pool._defer -= 1
+        if pool._defer == 0 and pool._deferred:
+            evicted, pool._deferred = pool._deferred, []
+            undo, pool._undo = pool._undo, []
+            if pool.on_evict is not None:
+                failed = pool._fire(evicted)
+                if failed is not None:
+                    undone = False
+                    if self._undo_on_error and exc_type is None:
+                        undone = all([pool._unreserve(u) for u in reversed(undo)])
+                    raise _callback_error(failed, undone) from failed[1]
+
+
+class _KVSide(_PoolBase):
+    """Cached KV units and the eviction events of reusing them (SPEC A.4)."""
+
+    # -- eviction events (SPEC A.4, G8) -------------------------------------------------
+
+    def deferred_evictions(self, *, undo_on_error: bool = False) -> _Deferral:
+        """A context manager holding ``on_evict`` callbacks of reservations made inside it
+        until the outermost such block exits (then they fire in order, even if the block
+        raised). The store and coordinator reserve inside one, so the engine's re-entrant
+        ``unindex`` finds them consistent. O(1) (+ the callbacks).
+
+        If a callback raises, the exit raises
+        :class:`~pagedstate.spec.errors.EvictionCallbackError` after every callback ran.
+        With ``undo_on_error`` (on the outermost block, when the block itself completed),
+        the reservations made in the block are undone first (the caller then drops what it
+        filed); otherwise they stand."""
+        return _Deferral(self, undo_on_error)
+
+    def _fire(self, evicted: list[int]) -> tuple[int, Exception] | None:
+        """Call ``on_evict`` for each hash, in order; the first failure, if any, after
+        every callback ran. Store owners are not accepted inside a callback."""
+        hook = self.on_evict
+        assert hook is not None
+        failed: tuple[int, Exception] | None = None
+        trusted, self._store_calls = self._store_calls, 0
+        try:
+            for h in evicted:
+                try:
+                    hook(h)
+                except Exception as exc:  # reported after every callback ran
+                    if failed is None:
+                        failed = (h, exc)
+        finally:
+            self._store_calls = trusted
+        return failed
+
+    def _unreserve(self, undo: _UndoRecord) -> bool:
+        """Put a reservation's units back where they were (vacant, or cached under their
+        hashes at the cold end of the LRU, in order). Only while every unit is still
+        tagged as reserved (a callback may have released or retagged them): returns whether
+        it undid anything. O(count log n)."""
+        units, owner, evicted, drained = undo
+        owners, pieces = self._owners, self._pieces
+        if any(
+            (owners[u] is not owner and owners[u] != owner) or pieces[u] != piece
+            for piece, u in enumerate(units)
+        ):
+            return False
+        for u in units:
+            owners[u] = None
+            pieces[u] = 0
+        self._add_held(owner, -len(units))
+        n_vacant = len(units) - len(evicted)
+        vacant = self._vacant
+        if vacant:  # a callback released units since: the same units, pushed back
+            for u in units[:n_vacant]:
+                heapq.heappush(vacant, u)
+        else:  # the heap as it was, array and all (G8 compares every structure)
+            vacant[:] = drained
+        cached = self._cached
+        # equivalent mutants: equal lengths (the last len(evicted) units are the cached ones)
+        taken = units[n_vacant:]
+        for u, h in zip(reversed(taken), reversed(evicted), strict=True):  # pragma: no mutate
+            cached[u] = h
+            cached.move_to_end(u, last=False)  # pragma: no mutate (last=None is False)
+        return True
+
+    # -- the engine's KV side (:mod:`.pool`'s docstring) --------------------------------
+
+    def cache_units(self, unit_ids: Any, owner: Hashable, prefix_hashes: Any) -> None:
+        """Release a whole KV reservation but park unit ``i`` as a cached block of
+        ``prefix_hashes[i]`` (``None``: the unit goes vacant). Cached units stay free and are
+        handed out after every vacant unit, least recently cached first; reusing one fires
+        ``on_evict``. O(k log n).
+
+        Raises:
+            InvalidArgumentError: ``prefix_hashes`` is not a list/tuple of ints or ``None``
+                of the same length; ``owner`` is a checkpoint or transfer owner (raw state
+                units hold no KV prefix); malformed ids or owner.
+            DuplicateUnitError, StoreOwnedUnitsError, WrongOwnerError, PartialReleaseError:
+                as ``release_units``.
+        """
+        ids = self._validate_whole(unit_ids, owner)
+        if is_dirtying(owner):
+            raise InvalidArgumentError(
+                f"units of {owner!r} hold raw state, not KV: release them with release_units"
+            )
+        if not isinstance(prefix_hashes, (list, tuple)) or len(prefix_hashes) != len(ids):
+            raise InvalidArgumentError(
+                f"prefix_hashes must be a list or tuple of {len(ids)} hashes, got {prefix_hashes!r}"
+            )
+        for h in prefix_hashes:
+            if h is not None and not is_int(h):
+                raise InvalidArgumentError(f"a prefix hash must be an int or None, got {h!r}")
+        owners, pieces = self._owners, self._pieces
+        # equivalent mutants: lengths checked equal
+        for u, h in zip(ids, prefix_hashes, strict=True):  # pragma: no mutate
+            owners[u] = None
+            pieces[u] = 0
+            if h is None:
+                heapq.heappush(self._vacant, u)
+            else:
+                self._cached[u] = h
+        self._add_held(owner, -len(ids))
+
+    def claim_cached_units(self, unit_ids: Any, owner: Hashable) -> None:
+        """A prefix-cache hit takes cached units back as a new reservation of ``owner``
+        tagged ``(owner, position)``; nothing fires (the content is reused). O(k).
+
+        Raises:
+            InvalidArgumentError: a unit is not a cached free unit; ``owner`` is None or
+                unhashable; malformed ids.
+            DuplicateUnitError: an id repeats.
+            StoreOwnedUnitsError: ``owner`` is a store owner (the store claims no KV).
+        """
+        ids = _ids_list(unit_ids)
+        if owner is None:
+            raise InvalidArgumentError("a reservation needs an owner, got None")
+        self._need_owner("owner", owner)
+        if self._held_by(owner):
+            raise InvalidArgumentError(
+                f"owner {owner!r} already holds units: one reservation per owner (G9)"
+            )
+        for u in ids:
+            if u not in self._cached:
+                raise InvalidArgumentError(f"unit {u} is not a cached free unit")
+        _consume(map(self._cached.__delitem__, ids))
+        _consume(map(self._owners.__setitem__, ids, repeat(owner)))
+        _consume(map(self._pieces.__setitem__, ids, range(len(ids))))
+        self._add_held(owner, len(ids))
+
+    def uncache_units(self, unit_ids: Any) -> None:
+        """The engine's prefix index no longer points at these cached units: they become
+        vacant and their later reuse fires nothing. O(k log n).
+
+        Raises:
+            InvalidArgumentError: a unit is not a cached free unit; malformed ids.
+            DuplicateUnitError: an id repeats.
+        """
+        ids = _ids_list(unit_ids)
+        for u in ids:
+            if u not in self._cached:
+                raise InvalidArgumentError(f"unit {u} is not a cached free unit")
+        for u in ids:
+            del self._cached[u]
+            heapq.heappush(self._vacant, u)
