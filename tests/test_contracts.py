@@ -38,6 +38,8 @@ import pytest
 
 import pagedstate.impl.store as production
 import pagedstate.models.reference as reference
+import pagedstate.models.reference.store_core as reference_core
+import pagedstate.models.reference.store_offload as reference_offload
 import pagedstate.spec.changelog as changelog_module
 import pagedstate.spec.guards as guards_module
 from pagedstate.spec import TABLES, BadSpecError, PagedStateCheckpointSpec
@@ -237,7 +239,8 @@ def test_guard_pair_agrees_on_its_domain() -> None:
 # ---------------------------------------------------------------------------------------
 
 #: ``(module, name the module calls, spec helper)``: the production side of every pair
-#: (impl/store.py) and the reference side (models/reference.py).
+#: (pagedstate.impl.store) and the reference side (the modules of pagedstate.models.reference
+#: that call it). The stores are built from the package each module belongs to.
 STORE_HELPERS = [
     (production, "store_guard", guards_module.store_guard),
     (production, "index_guard", guards_module.index_guard),
@@ -246,12 +249,14 @@ STORE_HELPERS = [
     (production, "units_available", guards_module.units_available),
     (production, "forfeit_untrusted", guards_module.forfeit_untrusted),
     (production, "_changed_since", changelog_module.changed_since),
-    (reference, "guard_by_table", guards_module.guard_by_table),
-    (reference, "evictable_by_table", guards_module.evictable_by_table),
-    (reference, "units_available_by_walk", guards_module.units_available_by_walk),
-    (reference, "reclaimed_by_cases", guards_module.reclaimed_by_cases),
-    (reference, "changed_since_by_scan", changelog_module.changed_since_by_scan),
+    (reference_core, "guard_by_table", guards_module.guard_by_table),
+    (reference_core, "evictable_by_table", guards_module.evictable_by_table),
+    (reference_core, "units_available_by_walk", guards_module.units_available_by_walk),
+    (reference_offload, "reclaimed_by_cases", guards_module.reclaimed_by_cases),
+    (reference_core, "changed_since_by_scan", changelog_module.changed_since_by_scan),
 ]
+#: The package whose store and pool run each module's code.
+_STORES = {production: production, reference_core: reference, reference_offload: reference}
 
 
 def _drive(store: production.PageUnitCheckpointStore | reference.PageUnitCheckpointStore) -> None:
@@ -294,8 +299,9 @@ def test_the_stores_compute_through_the_checked_helpers(
         return helper(*args)  # type: ignore[operator]
 
     monkeypatch.setattr(module, name, spy)
-    store_cls = module.PageUnitCheckpointStore  # type: ignore[attr-defined]
-    pool_cls = module.UnitPool  # type: ignore[attr-defined]
+    package = _STORES[module]  # type: ignore[index]
+    store_cls = package.PageUnitCheckpointStore
+    pool_cls = package.UnitPool
     _drive(store_cls(pool_cls(9), PagedStateCheckpointSpec(10, 25, "v", 25), offload_sink=True))
     assert calls, f"{module.__name__}.{name} was not called"  # type: ignore[attr-defined]
 
