@@ -112,7 +112,7 @@ docs-check: $(STAMP)
 	$(VENV)/bin/pagedstate render --check docs
 	$(PY) tools/api_docs.py --check docs/api
 
-# Symbolic contract checks with CrossHair (design/CHECKING.md section 2). The default effort
+# Symbolic contract checks with CrossHair (SPEC H.6). The default effort
 # (5 uninteresting iterations) finds nothing, so the bounds are explicit. `crosshair check`
 # exits 1 on a counterexample. The guards and arithmetic of both stores are pure helpers in
 # spec/ (spec/guards.py, spec/changelog.py): impl/store.py calls the production helpers,

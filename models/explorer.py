@@ -1,4 +1,4 @@
-"""Exhaustive breadth-first exploration of the reference model (ARCHITECTURE layer 3).
+"""Exhaustive breadth-first exploration of the reference model (SPEC H.3).
 
 For a bounded :class:`~pagedstate.models.world.Config`, :func:`explore` visits every state
 of the world reachable from the initial one, and in every state checks:

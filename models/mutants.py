@@ -2,7 +2,7 @@
 
 Each mutant is a subclass of the reference coordinator (and, where the bug lives in the
 store or pool, of those) that differs in one rule. Most restate a bug a public engine
-shipped (SCENARIOS.md, SPEC section G). ``tests/test_mutants.py`` runs the explorer on each
+shipped (SPEC section S, SPEC section G). ``tests/test_mutants.py`` runs the explorer on each
 and asserts the exact shortest trace that exposes it: a checker that cannot fail checks
 nothing.
 """
@@ -51,7 +51,7 @@ def _coordinator(store_cls: type[PageUnitCheckpointStore]) -> type[PagedStateChe
     return cls
 
 
-# 1. SCENARIOS S1 / SPEC F.1: the record is READY (findable) before its batch ran.
+# 1. SPEC S1 / SPEC F.1: the record is READY (findable) before its batch ran.
 class _PublishAtBegin(PageUnitCheckpointStore):
     def begin_store(self, prefix_hash: int, src_slot: int) -> CheckpointStoreOp | None:
         op = super().begin_store(prefix_hash, src_slot)
@@ -85,7 +85,7 @@ class _EvictPinned(PageUnitCheckpointStore):
         self.evictions += 1
 
 
-# 4. SCENARIOS S6: a COPYING record is nominated (and then handed to the tier).
+# 4. SPEC S6: a COPYING record is nominated (and then handed to the tier).
 class _NominateCopying(PageUnitCheckpointStore):
     def begin_store(self, prefix_hash: int, src_slot: int) -> CheckpointStoreOp | None:
         op = super().begin_store(prefix_hash, src_slot)
@@ -139,7 +139,7 @@ class _DropDeferred(PageUnitCheckpointStore):
         return out
 
 
-# 8. SCENARIOS S4 / SPEC F.25: a new boundary does not supersede the older one, so both
+# 8. SPEC S4 / SPEC F.25: a new boundary does not supersede the older one, so both
 #    would be stored from the slot's latest state.
 class _KeepOlderBoundary(PagedStateCheckpointCoordinator):
     def checkpoint(self, seq: SequenceLike, boundary_blocks: int, h: int) -> None:
@@ -217,7 +217,7 @@ class _UnindexReleasesPinned(PageUnitCheckpointStore):
         return super().unindex(prefix_hash)
 
 
-# 15. SCENARIOS S14 (LMCache 5090): the terminal report releases the source pin again even
+# 15. SPEC S14 (LMCache 5090): the terminal report releases the source pin again even
 #     though phase 1 already released it (a double unpin).
 class _DoubleUnpin(PageUnitCheckpointStore):
     def settle_offload_store(self, op: StateStoreOperationId) -> None:

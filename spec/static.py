@@ -1,4 +1,4 @@
-"""Static checks of the transition tables (ARCHITECTURE layer 1).
+"""Static checks of the transition tables (SPEC H.1).
 
 Each check returns a list of problems (empty when the table is sound), so tests can
 assert on them and planted-bug tests can show each check failing. ``python -m

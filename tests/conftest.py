@@ -1,4 +1,4 @@
-"""Shared helpers for the scenario suite (SPEC sections A-D, F, G; SCENARIOS.md).
+"""Shared helpers for the scenario suite (SPEC sections A-D, F, G and S).
 
 Test modules import the helpers directly (``from conftest import ...``): pytest puts
 ``tests/`` on ``sys.path`` because it has no ``__init__.py``. The fixtures below hand out
@@ -303,7 +303,7 @@ def coord() -> Any:
     return make_coord(20)
 
 
-# -- Hypothesis profiles (CHECKING.md 1.4) ------------------------------------------------
+# -- Hypothesis profiles (SPEC H.5) ------------------------------------------------
 #
 # ``ci``: fixed inputs (derandomized), no example database, failures print a
 # ``@reproduce_failure`` blob; ``dev``: the library defaults without a deadline;

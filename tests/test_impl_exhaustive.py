@@ -1,4 +1,4 @@
-"""Bounded exhaustive conformance (ARCHITECTURE layer 4): every state the explorer reaches on
+"""Bounded exhaustive conformance (SPEC H.4): every state the explorer reaches on
 the reference model is reached on the production store by the same trace, with equal
 results and snapshots.
 

@@ -1,4 +1,4 @@
-"""SCENARIOS.md S1-S16: failures that shipped in public serving engines, restated as call
+"""SPEC S1-S16: failures that shipped in public serving engines, restated as call
 sequences on the reference store and coordinator.
 
 Every store and coordinator is wrapped in ``conftest.Checked``: each call is followed by

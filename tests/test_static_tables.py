@@ -1,4 +1,4 @@
-"""Static checks of the transition tables (ARCHITECTURE layer 1) and ``Table.step``.
+"""Static checks of the transition tables (SPEC H.1) and ``Table.step``.
 
 Every check of :data:`pagedstate.spec.static.CHECKS` passes on every real table, and for each
 check a table with one planted bug makes exactly that check (and no other) report a problem,

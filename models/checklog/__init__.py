@@ -21,7 +21,7 @@ compared with what the log says the implementation did:
 
 The first line where anything differs is reported with every field that differs there
 (status ``mismatch``). The whole log must be consumed (the ``TraceMatched`` lesson of
-CHECKING.md section 3.6): a log without its footer is ``incomplete``, never a pass, and the
+SPEC H.8): a log without its footer is ``incomplete``, never a pass, and the
 footer's call count must equal the calls replayed. A log that cannot be parsed is
 ``unreadable``; one that uses what the reference model does not have (the pool's KV cache,
 re-entrant calls from an eviction callback, store calls made outside the coordinator) is

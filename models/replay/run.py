@@ -23,7 +23,7 @@ What it models
   the CPU tier's pin stamps could see.
 - **Admission** (FIFO, up to ``max_running`` state slots, head-of-line): the KV hit is the
   leading prompt blocks the KV prefix index holds, capped so that at least one prompt token
-  is computed (a resume point is never at or past the prompt's end, SCENARIOS S5);
+  is computed (a resume point is never at or past the prompt's end, SPEC S5);
   ``r = resumable_hit(seq, hit, hashes)``; the gate ``has_available_units`` protects
   ``hashes[r-1]``; when the image is in the store, ``begin_restore`` queues it into the slot
   only if ``restore_queued_for(slot)`` says a restore will write the slot (S9; the next drain
