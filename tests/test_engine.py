@@ -294,7 +294,7 @@ def test_bench_judges_the_concurrency_target_at_its_levels(
     levels were reached; with fewer requests than a level, or a pool too small to run a
     level's requests at once, it is n/a and says why. (The target's levels are scaled down
     to 4 and 16 running requests so that a short run reaches them.)"""
-    monkeypatch.setattr(bench, "TARGET_CONCURRENCY_LEVELS", (4, 16))
+    monkeypatch.setattr(bench.targets, "TARGET_CONCURRENCY_LEVELS", (4, 16))
     out = tmp_path / "benchmarks.md"
     base = ["--quick", "--requests", "60", "--records", "50,400", "--ref-records", "50"]
 

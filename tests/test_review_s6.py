@@ -258,7 +258,7 @@ def test_paired_replays_keep_a_method_every_call_of_which_was_relabelled(
                 methods=list(t.methods),
             )
 
-    monkeypatch.setattr(bench, "Engine", FakeEngine)
+    monkeypatch.setattr(bench.measure, "Engine", FakeEngine)  # where _replay runs
     r = bench._replay(R, None, [], repeat=2)  # type: ignore[arg-type]
     assert r.extra["paired"] == 1.0
     assert set(r.timings) == {"checkpoint", UNINDEX_DROP}

@@ -101,7 +101,7 @@ def test_records_target_line_agrees_with_same_calls_column(
 ) -> None:
     """Was: the table said evicted 1,637 and same calls "no", the targets "The two runs make
     the same calls" (and at the target's levels would have judged them)."""
-    monkeypatch.setattr(bench, "TARGET_RECORDS_LEVELS", (100, 2000))  # judged at these
+    monkeypatch.setattr(bench.targets, "TARGET_RECORDS_LEVELS", (100, 2000))  # judged at these
     argv = ["--quick", "--records-units-per-slot", "1", "--records", "100,2000"]
     out = _run([*argv, "--ref-records", ","], capsys)
     table = out.split("### Live records")[1].split("Per method")[0]
@@ -136,7 +136,7 @@ def test_zero_calls_and_unreached_levels_are_not_judged(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A level the pool cannot run at is n/a at the target's own levels, and says why."""
-    monkeypatch.setattr(bench, "TARGET_CONCURRENCY_LEVELS", (16, 64))
+    monkeypatch.setattr(bench.targets, "TARGET_CONCURRENCY_LEVELS", (16, 64))
     out = _run(["--quick", "--pool-units", "10", *NO_RECORDS, "--repeat", "1"], capsys)
     line = next(x for x in out.splitlines() if x.startswith("- Cost per call at 64 / at 16"))
     assert "**n/a** (the pool of 10 units ran at most" in line, line

@@ -1,5 +1,5 @@
 """Prefill/decode transfer of checkpoint images (issue 6, SPEC D.12): the driver
-:mod:`pagedstate.models.transfer` on CPU tensors.
+:mod:`pagedstate.impl.transfer` on CPU tensors.
 
 Two kinds of test:
 
@@ -28,8 +28,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pagedstate.models import transfer as T  # noqa: E402
-from pagedstate.models.transfer import (  # noqa: E402
+from pagedstate.impl import transfer as T  # noqa: E402
+from pagedstate.impl.transfer import (  # noqa: E402
     CRASH_EXIT,
     ImageHeader,
     Incoming,
@@ -179,7 +179,7 @@ def test_config_refuses_a_layout_or_pool_that_cannot_run(kw: dict[str, Any], nam
 
 
 def test_config_json_and_the_rank_cli_refuse_bad_input(tmp_path: Any) -> None:
-    """``python -m pagedstate.models.transfer``: a bad rank or config is a usage error (exit
+    """``python -m pagedstate.impl.transfer``: a bad rank or config is a usage error (exit
     2, the value named), not a traceback or a rank that reports after it started."""
     import subprocess
     import sys
@@ -204,7 +204,7 @@ def test_config_json_and_the_rank_cli_refuse_bad_input(tmp_path: Any) -> None:
         (["--rank", "0", "--config", str(bad)], "no-such-model"),
     ]:
         out = tmp_path / "out.json"
-        cmd = [sys.executable, "-m", "pagedstate.models.transfer", *argv]
+        cmd = [sys.executable, "-m", "pagedstate.impl.transfer", *argv]
         cmd += ["--init", (tmp_path / "rv").as_uri(), "--out", str(out)]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         assert p.returncode == 2 and named in p.stderr, (argv, p.returncode, p.stderr)
@@ -226,7 +226,7 @@ def test_config_json_and_the_rank_cli_refuse_bad_input(tmp_path: Any) -> None:
 def test_the_benchmark_cli_refuses_bad_input_before_any_run(
     argv: list[str], named: str, monkeypatch: Any, capsys: Any
 ) -> None:
-    from pagedstate.models import bench_transfer as B
+    from pagedstate.models.bench import transfer as B
 
     def no_run(*a: Any, **k: Any) -> None:
         raise AssertionError("a run was spawned")
@@ -241,7 +241,7 @@ def test_the_benchmark_cli_refuses_bad_input_before_any_run(
 
 
 def test_bench_rows_checks_every_configuration_before_the_first_run(monkeypatch: Any) -> None:
-    from pagedstate.models import bench_transfer as B
+    from pagedstate.models.bench import transfer as B
 
     monkeypatch.setattr(B, "spawn_transfer", lambda *a, **k: pytest.fail("a run was spawned"))
     with pytest.raises(InvalidArgumentError, match="divide=33|block_tokens"):
@@ -938,14 +938,24 @@ def test_spawn_refuses_bad_arguments() -> None:
 # -- layering and the benchmark's report ----------------------------------------------------
 
 
-def test_the_driver_imports_neither_impl_gpu_nor_torch_statically() -> None:
+def test_the_driver_imports_neither_gpu_nor_torch_statically() -> None:
+    """The driver (``pagedstate.impl.transfer``) takes ``pagedstate.gpu`` and torch by name at
+    run time; the benchmark and the old path (``pagedstate.models``) take the driver so too."""
     import ast
     from pathlib import Path
 
-    from pagedstate.models import bench_transfer
+    from pagedstate.models.bench import transfer as bench_transfer
 
-    for mod in (T, bench_transfer):
-        tree = ast.parse(Path(mod.__file__ or "").read_text(encoding="utf-8"))
+    driver = sorted(Path(T.__file__ or "").parent.glob("*.py"))
+    assert len(driver) > 2  # the package's modules, not only its __init__
+    shim = Path(bench_transfer.__file__ or "").parent.parent / "transfer.py"
+    checks = [(path, ("pagedstate.gpu", "torch")) for path in driver]
+    checks += [
+        (path, ("pagedstate.gpu", "pagedstate.impl", "torch"))
+        for path in (Path(bench_transfer.__file__ or ""), shim)
+    ]
+    for path, banned in checks:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
                 names = [node.module or ""]
@@ -954,11 +964,29 @@ def test_the_driver_imports_neither_impl_gpu_nor_torch_statically() -> None:
             else:
                 continue
             for name in names:
-                assert not name.startswith(("pagedstate.gpu", "pagedstate.impl", "torch")), name
+                assert not name.startswith(banned), (path.name, name)
+
+
+def test_the_old_path_warns_and_forwards(tmp_path: Any) -> None:
+    """``pagedstate.models.transfer`` is a deprecated shim: importing it warns (pointing at
+    the importer), it gives the driver's own objects, and ``python -m`` on it runs a rank."""
+    import subprocess
+    import sys
+
+    sys.modules.pop("pagedstate.models.transfer", None)  # imported afresh: it warns again
+    with pytest.warns(DeprecationWarning, match="moved to pagedstate.impl.transfer") as rec:
+        import pagedstate.models.transfer as old
+    assert rec[0].filename == __file__
+    for name in (*T.__all__, "_config_json", "_sender_loop", "_receiver_loop", "KIND_PAYLOAD"):
+        assert getattr(old, name) is getattr(T, name), name
+    cmd = [sys.executable, "-m", "pagedstate.models.transfer", "--rank", "5", "--config", "x"]
+    cmd += ["--init", (tmp_path / "rv").as_uri(), "--out", str(tmp_path / "out.json")]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "invalid choice: 5" in p.stderr, p.stderr
 
 
 def test_the_benchmark_writes_its_own_section(tmp_path: Any) -> None:
-    from pagedstate.models import bench_transfer as B
+    from pagedstate.models.bench import transfer as B
 
     row = {
         "model": "m", "block_tokens": 512, "payload": "staged", "window": 2, "images": 8,
@@ -1029,7 +1057,7 @@ def test_the_benchmark_refuses_nccl_without_two_gpus_and_keeps_out_on_failure(
 ) -> None:
     """nccl on a machine without two GPUs is a usage error before any run; a run that fails
     leaves ``--out`` as it was (no section of failed rows in the docs)."""
-    from pagedstate.models import bench_transfer as B
+    from pagedstate.models.bench import transfer as B
 
     monkeypatch.setattr(B, "_two_gpus", lambda: False)
     with pytest.raises(SystemExit) as e:

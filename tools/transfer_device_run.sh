@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prefill/decode transfer (issue 6; docs/transfer.md) on the two-GPU device machine
+# The prefill/decode transfer (docs/transfer.md) on the two-GPU device machine
 # (kind nvidia-h200-x2): the gloo tests (two local processes), then the nccl benchmark at the
 # full Qwen3-Next-80B-A3B geometry, the protocol against a plain NCCL send/recv of the same
 # bytes in the same run.
@@ -40,7 +40,7 @@ else
     args=(--images 512 --window 8,32 --block-tokens 512,128 --payload staged,regions)
 fi
 SECONDS=0
-python3 -m pagedstate.models.bench_transfer --backend nccl "${args[@]}" \
+python3 -m pagedstate.models.bench.transfer --backend nccl "${args[@]}" \
     --json "$out/bench_transfer.json" --out "$out/transfer.md" 2>&1 | tee "$out/bench_transfer.log"
 bench_rc=${PIPESTATUS[0]}
 echo "bench: exit $bench_rc, ${SECONDS}s" | tee -a "$out/bench_transfer.log"

@@ -1,0 +1,94 @@
+"""What the subcommands share: argparse types, the checks of paths made before anything runs,
+and :class:`UsageError`, a bad argument found by a handler (reported as argparse reports)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class UsageError(Exception):
+    """A bad argument a subcommand found before it ran anything (a path that cannot be read
+    or written): :func:`pagedstate.models.cli.main` prints the subcommand's usage and
+    ``pagedstate CMD: error: MESSAGE`` and returns 2, as argparse does for the arguments it
+    checks itself."""
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an int >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _writable_folder(folder: Path) -> str | None:
+    """Why nothing can be created in ``folder`` (missing, not a folder, not writable), or
+    None."""
+    if not folder.is_dir():
+        return (
+            f"the folder {folder} does not exist"
+            if not folder.exists()
+            else f"{folder} is not a folder"
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"cannot write in {folder}"
+    return None
+
+
+def check_out_file(path: str | None, what: str) -> None:
+    """Check an output file before anything runs: a non-empty path, not a folder, in a folder
+    that exists and can be written.
+
+    Raises:
+        UsageError: it is not (``what`` names the option in the message)."""
+    if path is None:
+        return
+    if not path.strip():
+        raise UsageError(f"argument {what}: the path is empty")
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"argument {what}: {path} is a folder")
+    why = _writable_folder(p.parent if str(p.parent) else Path("."))
+    if why is not None:
+        raise UsageError(f"argument {what}: {path}: {why}")
+
+
+def check_out_folder(path: str, what: str) -> None:
+    """Check an output folder before anything is written: a non-empty path, a folder or
+    nothing yet, under whose nearest existing ancestor, a folder, can be written.
+
+    Raises:
+        UsageError: it is not."""
+    if not path.strip():
+        raise UsageError(f"argument {what}: the path is empty")
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"argument {what}: {path} is not a folder")
+    base = p
+    while not base.exists() and base != base.parent:
+        base = base.parent
+    why = _writable_folder(base)
+    if why is not None:
+        raise UsageError(f"argument {what}: {path}: {why}")
+
+
+def check_in_folder(path: str, what: str) -> None:
+    """Check a folder that is read: it exists and is a folder.
+
+    Raises:
+        UsageError: it is not."""
+    p = Path(path)
+    if not path.strip():
+        raise UsageError(f"argument {what}: the path is empty")
+    if not p.exists():
+        raise UsageError(f"argument {what}: no such folder: {path}")
+    if not p.is_dir():
+        raise UsageError(f"argument {what}: {path} is not a folder")

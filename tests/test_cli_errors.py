@@ -1,0 +1,167 @@
+"""Every bad argument of every ``pagedstate`` subcommand is argparse's usage error: exit
+status 2, ``pagedstate CMD: error: ...`` (naming the valid choices where there are some),
+and nothing run. Before, ``pagedstate explore --config nosuch`` printed a Python list
+without the prefix.
+
+"Nothing ran": what each subcommand would run (the explorer's searches, the table
+renderer, the log checker) is replaced by a function that fails the test, and nothing may
+be printed on stdout. The messages are not asserted whole, only their prefix and, for a
+closed set, the choices.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pagedstate.models import cli
+
+#: One line of a Mooncake-format trace (the replay's bad arguments other than the trace).
+TRACE_LINE = '{"timestamp": 0, "input_length": 1024, "output_length": 10, "hash_ids": [1, 2]}\n'
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the subcommands run fails the test if it is called."""
+    from pagedstate.models import checklog, explorer
+    from pagedstate.spec import render
+
+    def ran(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a subcommand ran despite a bad argument")
+
+    for mod, name in [
+        (explorer, "explore"),
+        (explorer, "explore_parallel"),
+        (render, "write"),
+        (render, "stale"),
+        (render, "render_all"),
+        (checklog, "check_file"),
+    ]:
+        monkeypatch.setattr(mod, name, ran)
+
+
+@pytest.fixture
+def paths(tmp_path: Path) -> dict[str, str]:
+    a_file = tmp_path / "a_file.txt"
+    a_file.write_text("not a folder\n", encoding="utf-8")
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(TRACE_LINE, encoding="utf-8")
+    return {
+        "DIR": str(tmp_path),
+        "FILE": str(a_file),
+        "MISSING": str(tmp_path / "missing"),
+        "TRACE": str(trace),
+    }
+
+
+def _argv(argv: list[str], paths: dict[str, str]) -> list[str]:
+    return [a.format(**paths) for a in argv]
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[Any, str, str]:
+    """``pagedstate ARGV`` in this process: (exit status, stdout, stderr). argparse's own
+    errors exit (``SystemExit``); the subcommands' return 2."""
+    try:
+        code: Any = cli.main(argv)
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+BAD: list[tuple[str, list[str]]] = [
+    # the command itself
+    ("", ["nosuch"]),
+    # explore: config names, counts, the counterexample's path, an unknown option
+    ("explore", ["explore", "--config", "nosuch"]),
+    ("explore", ["explore", "--config", ""]),
+    ("explore", ["explore", "--workers", "0"]),
+    ("explore", ["explore", "--workers", "two"]),
+    ("explore", ["explore", "--max-states", "0"]),
+    ("explore", ["explore", "--max-states", "-5"]),
+    ("explore", ["explore", "--json", "{MISSING}/cex.json"]),
+    ("explore", ["explore", "--json", "{DIR}"]),
+    ("explore", ["explore", "--json", "{FILE}/cex.json"]),
+    ("explore", ["explore", "--json", ""]),
+    ("explore", ["explore", "--bogus"]),
+    # render: a folder to check that is not one, a folder to write that cannot be one
+    ("render", ["render", "--check", "{MISSING}"]),
+    ("render", ["render", "--check", "{FILE}"]),
+    ("render", ["render", "--check", ""]),
+    ("render", ["render", "--out", "{FILE}"]),
+    ("render", ["render", "--out", "{FILE}/docs"]),
+    ("render", ["render", "--out", ""]),
+    ("render", ["render", "--out", "{DIR}", "--check", "{DIR}"]),
+    ("render", ["render", "stray"]),
+    # check-log: no file, a file that cannot be read, an unknown option
+    ("check-log", ["check-log"]),
+    ("check-log", ["check-log", "{MISSING}.ndjson"]),
+    ("check-log", ["check-log", "{DIR}"]),
+    ("check-log", ["check-log", "{MISSING}.ndjson", "--bogus"]),
+    # replay: required arguments, a missing trace, a bad size, model, placement or output
+    ("replay", ["replay"]),
+    ("replay", ["replay", "{TRACE}", "--model", "Qwen3-Next"]),
+    ("replay", ["replay", "{MISSING}.jsonl", "--model", "Qwen3-Next", "--pool-gib", "1"]),
+    ("replay", ["replay", "{TRACE}", "--model", "Qwen3-Next", "--pool-gib", "abc"]),
+    ("replay", ["replay", "{TRACE}", "--model", "Qwen3-Next", "--pool-gib", "0"]),
+    ("replay", ["replay", "{TRACE}", "--model", "nosuch-model", "--pool-gib", "1"]),
+    (
+        "replay",
+        ["replay", "{TRACE}", "--model", "Qwen3-Next", "--pool-gib", "1", "--placement", "x"],
+    ),
+    (
+        "replay",
+        ["replay", "{TRACE}", "--model", "Qwen3-Next", "--pool-gib", "1", "--json", "{DIR}"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("command", "argv"), BAD, ids=[" ".join(a) for _, a in BAD])
+@pytest.mark.usefixtures("nothing_runs")
+def test_a_bad_argument_is_a_usage_error_and_nothing_runs(
+    command: str, argv: list[str], paths: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_cli(_argv(argv, paths), capsys)
+    assert code == 2, (code, err)
+    prog = f"pagedstate {command}" if command else "pagedstate"
+    assert f"{prog}: error: " in err, err
+    assert "Traceback" not in err
+    assert out == "", out
+
+
+@pytest.mark.usefixtures("nothing_runs")
+def test_an_unknown_config_names_every_config(capsys: pytest.CaptureFixture[str]) -> None:
+    from pagedstate.models.explorer import CONFIGS
+
+    code, _, err = run_cli(["explore", "--config", "nosuch"], capsys)
+    assert code == 2 and "pagedstate explore: error: " in err
+    assert all(repr(name) in err for name in CONFIGS), err
+
+
+def test_the_command_reports_a_bad_config_as_argparse_does(tmp_path: Path) -> None:
+    """The reported defect, through the command's own process: exit 2 and the prefix (the
+    console script is ``pagedstate.models.cli:main``, the same as ``python -m``)."""
+    p = subprocess.run(
+        [sys.executable, "-m", "pagedstate.models.cli", "explore", "--config", "nosuch"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert p.returncode == 2, p.stderr
+    assert "pagedstate explore: error: " in p.stderr and p.stdout == ""
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_good_paths_still_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The checks refuse only bad paths: a folder still to be made under one that exists is
+    written, and ``--check`` of it then passes."""
+    out = tmp_path / "new" / "docs"
+    code, _, _ = run_cli(["render", "--out", str(out)], capsys)
+    assert code == 0 and (out / "tables" / "README.md").is_file()
+    code, _, err = run_cli(["render", "--check", str(out)], capsys)
+    assert code == 0, err
