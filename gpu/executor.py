@@ -1,4 +1,4 @@
-"""Executing a batch of checkpoint copies on real tensors (issue 4, SPEC E.4-E.5, G10).
+"""Executing a batch of checkpoint copies on real tensors (SPEC E.4-E.5, G10).
 
 A batch is the ops one drain handed out: ``CheckpointStoreOp`` (slot -> units) and
 ``CheckpointRestoreOp`` (units -> slot), plus dirty units to zero-fill (G10). Every
@@ -184,7 +184,7 @@ def validate_batch(
     max_ops: int | None = None,
 ) -> CheckedBatch:
     """Check a whole batch before anything is written (SPEC E.5 step 1, F61, and the
-    hazard check the issue asks for). O(ops * units), vectorized.
+    hazard check below). O(ops * units), vectorized.
 
     Hazards refused (the launch has no order, so any of these would race):
     a restore's destination slot is a store's source slot or another restore's

@@ -1,4 +1,4 @@
-"""Model geometries and the checkpoint layout derived from them (issue 4, SPEC E.1-E.3).
+"""Model geometries and the checkpoint layout derived from them (SPEC E.1-E.3).
 
 The package ships ``data/model_geometries.json``: the recurrent-state shapes and dtypes and
 the attention KV bytes per token of 17 public hybrid models (TP=1, vLLM's default dtypes;

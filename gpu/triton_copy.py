@@ -135,7 +135,8 @@ class TritonCopyExecutor(CopyExecutorBase):
             under ``TRITON_INTERPRET=1``.
 
     The defaults (``block=512, rows_per_program=4, num_warps=4``, counted loop) are the
-    variant that met issue 4's target on every geometry in docs/gpu-benchmarks.md.
+    variant that met the copy engine's target (>= 0.90x a device-to-device copy of the same
+    bytes for batches >= 8) on every geometry in docs/gpu-benchmarks.md.
 
     Raises:
         ImportError: Triton is not installed.

@@ -118,7 +118,7 @@ def check_world(w: SimpleNamespace) -> None:
     assert snap.transfers and snap.pending_boundaries
     assert snap.scratch_queued and snap.scratch_reserved
     assert snap.dirty & snap.free
-    # Fields a refused call must not move either (issue 3, item 6).
+    # Fields a refused call must not move either (SPEC G8).
     assert snap.next_lease_id > 0 and snap.changes and snap.scratch_free
     assert snap.changes[-1][0] == snap.generation
     assert_invariants(w.c)
@@ -190,7 +190,7 @@ CASES = [
     ("rekey_partial",
      lambda w: w.pool.rekey_units(w.live[:1], LIVE, ("x", 0)), PartialReleaseError),
     ("rekey_onto_a_holder", lambda w: w.pool.rekey_units(w.live, LIVE, LIVE), InvalidArgumentError),
-    # queries (issue 3, item 1): bad input raises instead of answering quietly
+    # queries: bad input raises instead of answering quietly
     ("has_free_str", lambda w: w.pool.has_free("1"), InvalidArgumentError),
     ("has_free_negative", lambda w: w.pool.has_free(-1), InvalidArgumentError),
     ("owner_of_str", lambda w: w.pool.owner_of("0"), InvalidArgumentError),
@@ -198,7 +198,7 @@ CASES = [
     ("is_dirty_negative", lambda w: w.pool.is_dirty(-1), InvalidArgumentError),
     ("is_dirty_bool", lambda w: w.pool.is_dirty(True), InvalidArgumentError),
     ("mark_clean_not_iterable", lambda w: w.pool.mark_clean(5), InvalidArgumentError),
-    # owners (issue 3, items 2 and 5): unhashable or hostile owners change nothing
+    # owners (SPEC A.3): unhashable or hostile owners change nothing
     ("reserve_unhashable_owner",
      lambda w: w.pool.reserve_units(1, ["live-kv", 5]), InvalidArgumentError),
     ("reserve_hostile_owner", lambda w: w.pool.reserve_units(1, Hostile()), InvalidArgumentError),
@@ -206,7 +206,7 @@ CASES = [
      lambda w: w.pool.release_units(w.live, Hostile()), InvalidArgumentError),
     ("rekey_hostile_new_owner",
      lambda w: w.pool.rekey_units(w.live, LIVE, Hostile()), InvalidArgumentError),
-    # store owners (issue 3, item 3): only the store reserves, releases or retags them
+    # store owners (SPEC A.3): only the store reserves, releases or retags them
     ("release_a_records_units",
      lambda w: w.pool.release_units(units(w, 101), (CHECKPOINT_OWNER, w.cid[101])),
      StoreOwnedUnitsError),
@@ -388,7 +388,7 @@ CASES = [
     ("adopt_transfer_unhashable",
      lambda w: w.c.adopt_transfer_units(["req", 1], 123), InvalidArgumentError),
     ("adopt_transfer_none", lambda w: w.c.adopt_transfer_units(None, 123), InvalidArgumentError),
-    # sequences (issue 3, item 2): an object that is not a sequence changes nothing
+    # sequences: an object that is not a sequence changes nothing
     ("checkpoint_no_slot", lambda w: w.c.checkpoint(NoSlot(), 1, 616), InvalidArgumentError),
     ("checkpoint_no_cache_flag",
      lambda w: w.c.checkpoint(NoCacheFlag(), 1, 616), InvalidArgumentError),
@@ -413,7 +413,7 @@ CASES = [
     ("coord_contains_str", lambda w: w.c.contains("101"), InvalidArgumentError),
     ("coord_was_reclaimed_bad_fields",
      lambda w: w.c.was_reclaimed(StateStoreOperationId(101, None)), InvalidArgumentError),
-    # stale midstep reservations (issue 3, item 7)
+    # stale midstep reservations (SPEC D.1 step 5)
     ("publish_stale_reservation",
      lambda w: w.c.publish_midstep([(w.reserved[0][0], 16, 707)]), StaleReservationError),
     ("cancel_stale_reservation",

@@ -273,12 +273,12 @@ def test_import_fails_when_a_table_event_has_no_rule() -> None:
     assert "table event record:teleport has no conformance rule" in proc.stderr
 
 
-# -- the kit can fail on the production store: bugs a review planted (2026-12-01) -----------
+# -- the kit can fail on the production store: bugs planted in it -----------------------------
 #
-# An adversarial review planted 21 bugs in a copy of pagedstate.impl and ran the kit as an
-# engine would (docs/conformance.md). The kit then caught 8 under ``ci``. These are the
-# kinds it missed that its changes of that day were made to catch, each planted here by
-# patching one method of a production coordinator: a query wrong only in a narrow band of
+# 21 bugs were planted in a copy of pagedstate.impl and the kit run as an engine would run
+# it (docs/conformance.md). The kit first caught 8 under ``ci``. These are the kinds it
+# missed that later additions to the kit catch, each planted here by patching one method of
+# a production coordinator: a query wrong only in a narrow band of
 # its arguments (the query sweep), a live transfer owner reserved again (the rule could not
 # run with ``transfers=1``), a forged lease with a negative id, a change log that ignores
 # its bound, and the order of one drain's ops with scratch stores in it (``midstep_pass``).

@@ -11,7 +11,6 @@ No figure is asserted: timings are reported, never tested.
 from __future__ import annotations
 
 import ast
-import os
 from pathlib import Path
 
 import pytest
@@ -34,15 +33,6 @@ from pagedstate.models.replay.engine import (
     timer_floor_ns,
 )
 from pagedstate.spec import check_invariants
-
-# The trace lives in the checkout's data/traces/ (or, in an older layout, the steering
-# repo's shared/ folder beside the checkout). Outside CI a checkout without it skips these
-# tests; in CI a missing trace is an error (the tests below fail loading it) rather than a
-# silent skip.
-pytestmark = pytest.mark.skipif(
-    not DEFAULT_TRACE.exists() and not os.environ.get("CI"),
-    reason=f"trace not found at {DEFAULT_TRACE} (neither data/traces/ nor ../shared/)",
-)
 
 #: 16 slots over 600 units: about 28 blocks per request, so the pool is tight.
 SMALL = EngineConfig(

@@ -381,14 +381,10 @@ def test_random_runs_are_not_vacuous() -> None:
 
 
 def test_engine_model_log_validates() -> None:
-    """A log of the trace-driven engine model (models/engine.py) on the production store
+    """A log of the trace-driven engine model (pagedstate.models.replay) on the production store
     validates; its sequences have no weak references and the id map stays bounded."""
-    from pagedstate.models.engine import DEFAULT_TRACE, Engine, EngineConfig, load_trace
+    from pagedstate.models.replay.engine import DEFAULT_TRACE, Engine, EngineConfig, load_trace
 
-    if not DEFAULT_TRACE.exists() and not os.environ.get("CI"):
-        # Outside CI a checkout without shared/ beside it cannot run this; in CI the trace is
-        # laid beside the clone, and a missing one fails in load_trace below.
-        pytest.skip(f"trace not found at {DEFAULT_TRACE} (shared/ is not beside this checkout)")
     config = EngineConfig(max_running=16, pool_units=600, chunk_blocks=2,
                           decode_tokens_per_pass=8, arrival_scale=0.1)
     engine = Engine(config, load_trace(DEFAULT_TRACE, 80), "pagedstate.impl")

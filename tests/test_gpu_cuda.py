@@ -1,4 +1,4 @@
-"""The copy engine on a CUDA device (issue 4): full geometries, both executors, one launch
+"""The copy engine on a CUDA device: full geometries, both executors, one launch
 per batch, no stream synchronization, CUDA graph capture. Skipped without CUDA; run on the
 H200 through the device tool (docs/gpu-benchmarks.md keeps the output)."""
 

@@ -1,4 +1,4 @@
-"""Data integrity under fuzzing (issue 4): a Hypothesis state machine drives the production
+"""Data integrity under fuzzing (SPEC H.7): a Hypothesis state machine drives the production
 coordinator (:mod:`pagedstate.impl`) over a :class:`~pagedstate.impl.UnitPool`, and an
 executor on real CPU tensors of a small slice of a real geometry (Qwen3-Next, 1 recurrent
 layer, 2 attention layers, / 32, 128-token pages, 1 speculative token: a 34,304-byte

@@ -1,4 +1,4 @@
-"""Copy plans, descriptors, range builders and model geometries (issue 4, SPEC E.1-E.4,
+"""Copy plans, descriptors, range builders and model geometries (SPEC E.1-E.4,
 scenarios F57-F60 and F63). NumPy only, except the F59 device round trip (torch).
 
 The plan is checked by simulating its descriptor on NumPy byte buffers: a descriptor row

@@ -1,5 +1,5 @@
-"""Adversarial review of pagedstate.gpu (issue 4): each test names the expected behaviour
-and fails on the current code."""
+"""Hostile inputs to pagedstate.gpu: each test names the expected behaviour (each failed
+before its fix)."""
 
 from __future__ import annotations
 

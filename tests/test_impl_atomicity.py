@@ -475,7 +475,7 @@ def test_deep_state_sees_private_indexes() -> None:
         c = ls.i
 
 
-# -- issue 3: eviction callbacks and hostile owners (production only) ---------------------
+# -- eviction callbacks and hostile owners (production only) ---------------------------
 
 
 def _transfer_world(on_evict: Any) -> I.PagedStateCheckpointCoordinator:
@@ -499,7 +499,7 @@ def _transfer_world(on_evict: Any) -> I.PagedStateCheckpointCoordinator:
 def test_an_eviction_callback_that_raises_in_reserve_transfer_units_changes_nothing(
     fails_on: int,
 ) -> None:
-    """Issue 3 item 4 (SPEC A.4, G8): the callback raises (here KeyError, from the engine's
+    """SPEC A.4, G8: the callback raises (here KeyError, from the engine's
     own index) inside ``reserve_transfer_units``. Before, the reservation stayed filed and
     the KeyError escaped; now it is undone, down to the pool's cached-block order, and
     EvictionCallbackError is raised from the KeyError."""
@@ -549,7 +549,7 @@ def test_a_callback_that_unindexes_then_raises_leaves_only_its_own_effects() -> 
 
 
 def test_a_hostile_owner_changes_no_pool_index() -> None:
-    """Issue 3 item 5: an owner whose ``__hash__`` raises used to leave a tagged unit in the
+    """SPEC A.3, G8: an owner whose ``__hash__`` raises used to leave a tagged unit in the
     production pool (the tag was written before the per-owner count hashed it)."""
     pool = I.UnitPool(4)
     pool.reserve_units(1, ("kv", 0))
@@ -565,7 +565,7 @@ def test_a_hostile_owner_changes_no_pool_index() -> None:
 
 
 def test_only_the_store_names_store_owners() -> None:
-    """Issue 3 item 3: the engine cannot free a checkpoint's units through the pool; the
+    """SPEC A.3: the engine cannot free a checkpoint's units through the pool; the
     store still can (it releases them when the record goes)."""
     c = I.PagedStateCheckpointCoordinator(I.UnitPool(6), spec(10, 25), True)
     op = c.store.begin_store(101, 0)

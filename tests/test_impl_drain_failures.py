@@ -1,5 +1,5 @@
-"""An engine's ``on_evict`` callback that fails or calls back into a drain (found by the
-adversarial review of 2026-11-30): the production coordinator gives the drain up cleanly,
+"""An engine's ``on_evict`` callback that fails or calls back into a drain (each test
+failed before its fix): the production coordinator gives the drain up cleanly,
 and refuses nested drains and completions."""
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def test_a_callback_cannot_nest_a_drain_or_a_completion(nested: str) -> None:
     assert coord.contains(101)
 
 
-# -- more findings of the adversarial review -------------------------------------------------
+# -- more failing and re-entrant callbacks -----------------------------------------------------
 
 
 def test_the_conformance_kit_passes_the_production_store() -> None:
@@ -86,7 +86,7 @@ def test_the_conformance_kit_passes_the_production_store() -> None:
     runs it on the reference and on planted mutants)."""
     from hypothesis import HealthCheck, settings
 
-    from pagedstate.models.conformance import run_conformance
+    from pagedstate.engines.conformance import run_conformance
 
     report = run_conformance(
         I.PagedStateCheckpointCoordinator,

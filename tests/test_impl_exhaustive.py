@@ -32,11 +32,11 @@ at commit f3507bb on the shared 2-core machine, peak RSS 6.1 GB in the largest p
 last level (the largest) is checked where it is generated and never held as worlds, which is
 what makes it fit; before that, the workers needed 8-12 GB each and the run did not finish.
 The distinct count equals the explorer's for ``default`` (821,361). Re-run on 2026-12-01 at
-3da60e3 (after that day's drain fixes) on the 16-core host of the H200 device machine (16
+3da60e3 (after fixes to the drain) on the 16-core host of the H200 device machine (16
 workers, the device image's Python 3.12 and torch 2.11): the same 821,361 states and
 6,032,879 transitions, all agreeing, in 108 s; ``default`` depth 8 and the explorer's own
 slow test passed in the same run (every slow test of this file and ``test_explorer.py``).
-Again at f6aa470 (2026-12-01, after the drain and scratch-pool review fixes) on the same
+Again at f6aa470 (2026-12-01, after fixes to the drain and the scratch pool) on the same
 host: 821,361 states, 6,032,879 transitions, 275,510 refused, all agreeing, in 70 s.
 """
 

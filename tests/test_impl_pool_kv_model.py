@@ -196,7 +196,7 @@ def _planted_pool(old: str, new: str) -> Callable[..., Any]:
 
 
 PLANTS = {
-    # the review of 2026-12-01's plant the conformance kit cannot see
+    # the plant of docs/conformance.md's 21 that the conformance kit cannot see
     "most recently cached unit first": (
         "cached.popitem(last=False)",
         "cached.popitem(last=True)",

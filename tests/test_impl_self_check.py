@@ -232,7 +232,7 @@ def test_the_kit_calls_the_store_s_self_check() -> None:
     answer and snapshot agrees with the reference."""
     from hypothesis import Phase, settings
 
-    from pagedstate.models.conformance import ConformanceFailure, run_conformance
+    from pagedstate.engines.conformance import ConformanceFailure, run_conformance
 
     class Complaining(I.PagedStateCheckpointCoordinator):
         def self_check(self) -> list[str]:

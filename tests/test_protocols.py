@@ -1,5 +1,5 @@
 """The protocols of ``spec/protocols.py`` describe what the coordinators, stores and pools
-really expose (issue 3, item 7): an engine coding against :class:`CoordinatorProtocol`
+really expose: an engine coding against :class:`CoordinatorProtocol`
 sees the whole surface, including ``pool`` and ``store`` (through which the store-level
 calls ``lookup``, ``contains_or_pending``, ``changed_since`` and ``cancel_queued_restore``
 are reached). mypy checks the same statically (``_is_a_coordinator`` in both modules)."""

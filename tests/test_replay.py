@@ -1,8 +1,8 @@
-"""``pagedstate replay`` (issue 5): the trace replay engine model and its command.
+"""``pagedstate replay``: the trace replay engine model and its command.
 
 Runs on ``tests/data/conversation_slice.jsonl`` (the first 400 requests of the Mooncake
-conversation trace, shipped with the tests); the full shared traces are used where they are
-beside the checkout (always in CI).
+conversation trace); the whole traces, shipped in the checkout's ``data/traces/``, where a
+test needs them.
 """
 
 from __future__ import annotations
@@ -33,19 +33,10 @@ from pagedstate.models.replay import (
 
 SLICE = Path(__file__).parent / "data" / "conversation_slice.jsonl"
 _REPO = Path(__file__).resolve().parent.parent
-#: The shipped traces: the checkout's data/traces/, else (an older layout) the shared folder
-#: beside the checkout.
-SHARED = (
-    _REPO / "data" / "traces"
-    if (_REPO / "data" / "traces").is_dir()
-    else _REPO.parent / "shared" / "data" / "traces"
-)
+#: The shipped traces, in the checkout's data/traces/.
+TRACES = _REPO / "data" / "traces"
 QWEN = "Qwen/Qwen3-Next-80B-A3B-Instruct"
 
-needs_shared = pytest.mark.skipif(
-    not SHARED.is_dir() and not os.environ.get("CI"),
-    reason=f"shipped traces not found at {SHARED} (neither data/traces/ nor ../shared/)",
-)
 
 
 @pytest.fixture(scope="module")
@@ -319,16 +310,14 @@ def test_cli_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "hit rate:" in out and "prefill tokens saved:" in out
 
 
-@needs_shared
 @pytest.mark.parametrize("name", ["conversation_trace.jsonl", "synthetic_trace.jsonl"])
 def test_both_shipped_traces_replay_verified(name: str) -> None:
-    r = replay(SHARED / name, _cfg(placement="anchor", verify=True, pool_gib=32.0), limit=300)
+    r = replay(TRACES / name, _cfg(placement="anchor", verify=True, pool_gib=32.0), limit=300)
     c = r.counters
     assert c["completed"] + c["aborted"] + c["rejected"] == 300
     assert c["prompt_tokens"] > 0 and r.verified
 
 
-@needs_shared
 def test_the_readme_example_prints_what_the_readme_shows(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -339,7 +328,7 @@ def test_the_readme_example_prints_what_the_readme_shows(
     command, _, shown = block.partition("\n      ")
     args, _, shown = shown.partition("\n")
     argv = ["replay", *command.replace("\\", "").split(), *args.split()]
-    argv[1] = str(SHARED / "conversation_trace.jsonl")
+    argv[1] = str(TRACES / "conversation_trace.jsonl")
     assert main([*argv, "--quiet"]) == 0
     got = capsys.readouterr().out.strip().splitlines()
     want = shown.strip().splitlines()
@@ -364,7 +353,7 @@ def test_a_promised_restore_that_no_drain_delivers_is_reported(trace: list[Any])
         replay(trace, _cfg(placement="end"), impl=_module(_PhantomRestore))
 
 
-# -- found by an adversarial review (each failed before its fix) ------------------------------
+# -- hostile inputs (each failed before its fix) ----------------------------------------------
 
 UNIT = 12_582_912  # Qwen3-Next at 512-token pages
 

@@ -1,7 +1,7 @@
 """``pagedstate replay --executor`` (models/replay/executor.py): real tensors under a replay.
 
-A short replay of the Mooncake conversation trace (its first 150 requests, from data/traces/
-in the checkout or the shared folder beside it, as tests/test_engine.py finds it) runs the
+A short replay of the Mooncake conversation trace (its first 150 requests, from the
+checkout's data/traces/) runs the
 store's ops on the torch executor over a slice of Qwen3-Next's geometry and checks every
 restore bit for bit; planted bugs (a store that hands out an image's units in the wrong
 order, an executor that skips stores or restores) are caught; the factory refuses bad kinds
@@ -50,14 +50,8 @@ QWEN = "Qwen/Qwen3-Next-80B-A3B-Instruct"
 #: layers, 1 attention layer, / 32): about 23 MiB of tensors.
 SMALL_BYTES = 32 << 20
 
-#: The trace: the shipped one (data/traces/, or shared/ beside the checkout, as
-#: tests/test_engine.py finds it), else the tests' own slice of it (its first 400 lines, the
-#: same requests), e.g. on a machine the trace does not travel to.
-TRACE = (
-    DEFAULT_TRACE
-    if DEFAULT_TRACE.exists()
-    else Path(__file__).parent / "data" / "conversation_slice.jsonl"
-)
+#: The trace shipped in the checkout's data/traces/.
+TRACE = DEFAULT_TRACE
 #: The Triton kernel runs: on CUDA, or on the CPU under Triton's interpreter (conftest.py
 #: sets TRITON_INTERPRET=1 on a machine without an NVIDIA device).
 triton_runs = pytest.mark.skipif(

@@ -1,5 +1,5 @@
-"""Review of the pool's split owner counts, the transfer-adoption guard and the bench's
-relabelled ``unindex`` timings (the changes since 72805b4): inputs that broke them.
+"""The pool's split owner counts, the transfer-adoption guard and the bench's relabelled
+``unindex`` timings: inputs that broke them (each test failed before its fix).
 
 Pool: two owners are the same when of the same kind and equal (a checkpoint's tag: the same
 id) (SPEC A.3, G9). An object that only compares equal to a store owner's tag without being
@@ -30,7 +30,7 @@ from conftest import spec
 from pagedstate import impl as I
 from pagedstate.models import bench
 from pagedstate.models import reference as R
-from pagedstate.models.engine import UNINDEX_DROP, UNINDEX_MISS, CallTimer, EngineResult
+from pagedstate.models.replay.engine import UNINDEX_DROP, UNINDEX_MISS, CallTimer, EngineResult
 from pagedstate.spec import (
     EvictionCallbackError,
     InvalidArgumentError,

@@ -1,7 +1,6 @@
-"""Review s7 (an adversarial helper, 2026-12-01): the coordinator's drain under failing or
-re-entrant eviction callbacks, and the event log + check-log on odd values. Every test here
-failed on the code reviewed (at 1752f13), each for the defect its docstring names (the
-comment "was:" says what it saw); all pass since the fixes of the same session."""
+"""The coordinator's drain under failing or re-entrant eviction callbacks, and the event
+log + check-log on odd values. Every test here failed before its fix, each for the defect
+its docstring names (the comment "was:" says what it saw)."""
 
 from __future__ import annotations
 
@@ -237,8 +236,8 @@ def test_check_log_accepts_a_log_of_a_run_where_a_call_raised(name: str) -> None
 
 
 def test_check_log_accepts_a_run_with_a_nan_transfer_owner() -> None:
-    """A NaN owner is a hashable owner like any other (review s6 made it release what it
-    reserved); it is the same owner by identity. The log encodes it as {"float": "nan"} and
+    """A NaN owner is a hashable owner like any other (it releases what it reserved, see
+    test_review_s6.py); it is the same owner by identity. The log encodes it as {"float": "nan"} and
     the replay decodes a fresh NaN per line, so the duplicate-owner check no longer fires."""
     nan = float("nan")
 
@@ -353,7 +352,7 @@ def test_any_error_out_of_a_drain_gives_up_the_ops_it_began() -> None:
 
 
 def test_a_post_mismatch_names_only_the_counters_that_differ() -> None:
-    """A fresh user's review: an edited ``post`` counter was shown as two whole dicts."""
+    """An edited ``post`` counter used to be shown as two whole dicts."""
     lines = _small_log()
     i = len(lines) - 2
     obj = json.loads(lines[i])

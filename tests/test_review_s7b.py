@@ -1,9 +1,8 @@
-"""Review s7b (a second adversarial helper, 2026-12-01, on that day's changes): every test
-here failed at d237e8f, each for the defect its name says (an interrupt in the scratch
-drain leaked the slot and left the attempt uncounted; check-log rejected valid logs with an
-IntEnum in an error message or a refused scratch pool that is a sequence or a set, and
-exhausted memory on a header with a huge pool; the conformance kit demanded ``store`` with
-``store_calls=False`` and accepted a timeout that is not a number); all pass since."""
+"""Every test here failed before its fix, each for the defect its name says (an interrupt
+in the scratch drain leaked the slot and left the attempt uncounted; check-log rejected
+valid logs with an IntEnum in an error message or a refused scratch pool that is a sequence
+or a set, and exhausted memory on a header with a huge pool; the conformance kit demanded
+``store`` with ``store_calls=False`` and accepted a timeout that is not a number)."""
 
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ def _interrupt(h: int) -> None:
 
 
 def test_an_interrupt_in_the_scratch_drain_does_not_leak_its_scratch_slot() -> None:
-    c, pool, sp = _scratch_world(_interrupt)  # the world of review s7's scratch tests
+    c, pool, sp = _scratch_world(_interrupt)  # the world of test_review_s7.py's scratch tests
     c.publish_midstep(c.reserve_midstep(Seq(1), [(5, 909)]))
     with pytest.raises(KeyboardInterrupt):
         c.take_checkpoint_ops()
@@ -154,7 +153,7 @@ def test_the_kit_runs_a_coordinator_without_a_store_when_store_calls_is_off() ->
     ConformanceConfig(store_calls=False)". The factory check still demands ``store``."""
     from hypothesis import HealthCheck, settings
 
-    from pagedstate.models import conformance as K
+    from pagedstate.engines import conformance as K
 
     s = settings(
         max_examples=5,
@@ -173,7 +172,7 @@ def test_conformance_config_refuses_a_timeout_that_is_not_a_number(timeout: Any)
     """Every other field is validated at construction (ValueError); timeout_s is not, and the
     kit then crashes mid-run with a TypeError that Hypothesis reports as a falsifying
     example of the store under test."""
-    from pagedstate.models import conformance as K
+    from pagedstate.engines import conformance as K
 
     with pytest.raises(ValueError):
         K.ConformanceConfig(timeout_s=timeout)

@@ -1,5 +1,5 @@
-"""Review of 2026-12-01 (session 8, an adversarial helper): ``make bench``'s command line
-and verdicts, and one check-log message. Each test failed at c903f62.
+"""``make bench``'s command line and verdicts, and one check-log message: each test failed
+before its fix.
 
 - bench judged targets on runs that measured nothing (0 requests) or never reached their
   level (a pool too small to run that many requests at once), and on live-records runs that

@@ -139,7 +139,7 @@ def test_f04_scratch_slot_stays_borrowed_until_the_next_complete():
 
 
 def test_f04b_a_stale_midstep_reservation_is_refused():
-    """Not in SPEC F (issue 3): a reservation ``(slot, pos, h)`` from an earlier
+    """Not in SPEC F (SPEC D.1 step 5): a reservation ``(slot, pos, h)`` from an earlier
     ``reserve_midstep`` that was cancelled, or published and then stored in an earlier pass,
     is stale once its slot is lent again. Publishing (or cancelling) it would queue the old
     ``h`` for the bytes the newer reservation's forward writes (or hand back the newer

@@ -1,6 +1,6 @@
-"""The snapshot's fields and invariants added for issue 3 (items 6 and 7): what a refused
-call must leave alone is visible in ``snapshot()``, and the step invariant on nominations
-handles the offload sink being switched off."""
+"""The snapshot's fields and invariants for what a refused call must leave alone (SPEC G8):
+it is visible in ``snapshot()``, and the step invariant on nominations handles the offload
+sink being switched off."""
 
 from __future__ import annotations
 
@@ -48,8 +48,8 @@ def test_the_snapshot_shows_lease_ids_the_change_log_and_scratch_slots(M):
 
 
 def test_the_snapshot_shows_every_new_field_of_the_production_store():
-    """Each field changes the snapshot when its structure changes (before issue 3 none of
-    these moved ``snapshot()``, so a refused call could change them unseen)."""
+    """Each field changes the snapshot when its structure changes (if one did not move
+    ``snapshot()``, a refused call could change it unseen)."""
     mutations = [
         ("cached", lambda c: c.pool._cached.__setitem__(19, 7)),
         ("next_lease_id", lambda c: setattr(c.store, "_next_lease_id", 5)),

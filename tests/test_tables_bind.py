@@ -1,7 +1,7 @@
 """The tables' ``next`` column binds the reference model for every machine, not only the
 record machine: plant a wrong next phase in one row of an auxiliary table and the explorer
-stops on a table violation the first time that row is taken. (An adversarial review found
-that a scratch ``over_budget`` row moved to FREE went unnoticed before the model checked it.)
+stops on a table violation the first time that row is taken. (Before the model checked
+it, a scratch ``over_budget`` row moved to FREE went unnoticed.)
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Prefill/decode transfer of checkpoint images (issue 6, SPEC D.12): the driver
+"""Prefill/decode transfer of checkpoint images (SPEC D.12): the driver
 :mod:`pagedstate.impl.transfer` on CPU tensors.
 
 Two kinds of test:
@@ -172,7 +172,7 @@ def test_config_refuses_bad_fields(kw: dict[str, Any]) -> None:
     ],
 )
 def test_config_refuses_a_layout_or_pool_that_cannot_run(kw: dict[str, Any], named: str) -> None:
-    """Found by review: these were accepted and failed later, in a child process, with an
+    """These used to be accepted and to fail later, in a child process, with an
     UnknownGeometryError, an OverflowError of the group's timedelta or a refused store."""
     with pytest.raises(InvalidArgumentError, match=re.escape(named)):
         small(**kw)
@@ -363,7 +363,7 @@ def test_a_bad_slot_raises_before_anything_changes() -> None:
 
 
 def test_bad_arguments_to_the_steps_raise_before_anything_changes() -> None:
-    """Found by review: a bool or float variant was leased (and its header failed later), a
+    """Each used to fail late: a bool or float variant was leased (and its header failed later), a
     bad slot in ``queue_local`` queued a restore into a slot that does not exist (the next
     batch then failed), and wrong buffers or objects failed deep in torch (a RuntimeError or
     AttributeError). Each now raises InvalidArgumentError with both stores unchanged."""

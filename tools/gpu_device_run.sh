@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the GPU tests and `make bench-gpu` on the device machine (issue 4; docs/gpu-benchmarks.md).
+# Run the GPU tests and `make bench-gpu` on the device machine (docs/gpu-benchmarks.md).
 #
 # The device image has its own python3 (torch, Triton, NumPy, attrs, pytest, hypothesis), no
 # install of this project and no network, so the package is put on PYTHONPATH as

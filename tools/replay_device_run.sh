@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# `pagedstate replay --executor triton` on the device machine (issue 5): the store's ops run
+# `pagedstate replay --executor triton` on the device machine (docs/replay.md): the store's ops run
 # on real tensors of the model's full geometry on the GPU and every restore is checked bit for
 # bit. Results go to $OUT (env.txt, tests.log, replay_*.log, replay_*.json).
 #
 # The device image has its own python3 (torch, Triton, NumPy, attrs, pytest, hypothesis) and
 # no network: the package goes on PYTHONPATH through links to this checkout (as in
-# tools/gpu_device_run.sh), and the traces travel in build/traces/ (carry it):
-#     mkdir -p build/traces && cp ../shared/data/traces/*.jsonl build/traces/
+# tools/gpu_device_run.sh). The traces ship in the checkout under data/traces/ and travel
+# with the working tree; TRACES=DIR reads them from elsewhere.
 # usage (through the device tool): bash tools/replay_device_run.sh
 set -uo pipefail
 out=${OUT:-/tmp/replay-out}
-traces=${TRACES:-build/traces}
+traces=${TRACES:-data/traces}
 model=${MODEL:-Qwen/Qwen3-Next-80B-A3B-Instruct}
 mkdir -p "$out" /tmp/pp/pagedstate
 for d in spec models impl gpu; do ln -sfn "$PWD/$d" "/tmp/pp/pagedstate/$d"; done

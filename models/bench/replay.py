@@ -1,8 +1,8 @@
-"""``make bench-replay``: wall time of ``pagedstate replay`` on the full shared traces.
+"""``make bench-replay``: wall time of ``pagedstate replay`` on the full shipped traces.
 
 Issue 5's budget: the full conversation trace (12,031 requests) with executor none in at most
 60 s on a 2-core machine, and with ``--verify`` (the reference in lockstep) at most 5x that.
-This replays each shared trace once plain and once verified, in one process, and writes the
+This replays each shipped trace (``data/traces/``) once plain and once verified, in one process, and writes the
 figures, with the hit rates found, into their section of ``docs/benchmarks.md``.
 """
 
@@ -21,8 +21,8 @@ from pagedstate.models.replay import ReplayConfig, ReplayResult, load_trace, rep
 
 _BEGIN = "<!-- bench-replay:begin -->"
 _END = "<!-- bench-replay:end -->"
-#: ``shared/data/traces`` beside the checkout (this file is ``models/bench/replay.py``).
-_TRACES = Path(__file__).resolve().parents[3] / "shared" / "data" / "traces"
+#: ``data/traces`` of the checkout (this file is ``models/bench/replay.py``).
+_TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
 
 
 def _pct(x: float) -> str:
@@ -31,7 +31,7 @@ def _pct(x: float) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pagedstate.models.bench.replay")
-    ap.add_argument("--traces", type=Path, default=_TRACES, help="folder of the shared traces")
+    ap.add_argument("--traces", type=Path, default=_TRACES, help="folder of the traces (default: the checkout's data/traces)")
     ap.add_argument("--model", default="Qwen/Qwen3-Next-80B-A3B-Instruct")
     ap.add_argument("--pool-gib", type=float, default=16.0)
     ap.add_argument("--placement", default="anchor")
@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "",
         f"Measured {date.today().isoformat()} on {platform.machine()}, Python"
         f" {platform.python_version()}, commit {commit()}: `pagedstate replay` of each"
-        f" whole shared trace, {args.model} with a {args.pool_gib:g} GiB pool, placement"
+        f" whole shipped trace, {args.model} with a {args.pool_gib:g} GiB pool, placement"
         f" `{args.placement}`, 64 running requests, executor none; once plain and once with"
         " `--verify` (the reference model in lockstep, snapshots compared every 256 passes),"
         " in one process. Wall time of the replay (set-up included, trace loading shown apart)."

@@ -95,7 +95,7 @@ def section(meas: Measured, *, quick: bool = False) -> str:
         ]
     lines += [
         f"Workload: the first {len(trace):,} requests of `{o.trace.name}`, all arriving at"
-        f" once; the engine model of `pagedstate.models.engine` (admission with"
+        f" once; the engine model of `pagedstate.models.replay.engine` (admission with"
         f" `resumable_hit` and `begin_restore`, chunked prefill of {o.chunk_blocks} blocks"
         f" filing a checkpoint at every chunk end, KV units reserved per running request,"
         f" one drain and the completions per pass, `unindex` when the KV prefix cache model"

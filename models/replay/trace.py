@@ -28,14 +28,9 @@ MAX_TIMESTAMP_MS = 10**12
 _MASK63 = (1 << 63) - 1
 
 _REPO = Path(__file__).resolve().parent.parent.parent
-_TRACE = Path("traces") / "conversation_trace.jsonl"
-#: The Mooncake conversation trace: ``<repo>/data/traces/...`` in the checkout, else the
-#: shared one beside the repository, ``<repo>/../shared/data/traces/...``.
-DEFAULT_TRACE = (
-    _REPO / "data" / _TRACE
-    if (_REPO / "data" / _TRACE).exists()
-    else _REPO.parent / "shared" / "data" / _TRACE
-)
+#: The Mooncake conversation trace shipped in the checkout, ``<repo>/data/traces/`` (not part
+#: of the installed package: pass a path when running from a wheel).
+DEFAULT_TRACE = _REPO / "data" / "traces" / "conversation_trace.jsonl"
 
 
 def prefix_hash(block_id: int) -> int:
