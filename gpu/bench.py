@@ -339,7 +339,7 @@ def render(results: dict[str, Any]) -> str:
         " for D2D), host work (validation, descriptor build, launch) included; where they"
         " fall below the device ratio the host, not the copy, limits the rate.",
     ]
-    lines += ["", f"### Target (issue 4): >= {TARGET_RATIO:.2f}x D2D for batches >= 8", ""]
+    lines += ["", f"### Target: >= {TARGET_RATIO:.2f}x D2D for batches >= 8", ""]
     for name, w in worst.items():
         verdict = "met" if w >= TARGET_RATIO else "not met"
         lines.append(

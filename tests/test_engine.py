@@ -239,7 +239,7 @@ def test_bench_quick_writes_its_section(tmp_path: Path, capsys: pytest.CaptureFi
     assert "Overall, by concurrency" in text and "Per method" in text
     assert "| `checkpoint` |" in text and "| `take_checkpoint_ops` |" in text
     assert "live records" in text
-    assert "Targets (issue 3)" in text and "standing in" not in text
+    assert "### Targets" in text and "standing in" not in text
     # --quick runs other levels than the targets compare: shown, not judged
     # the verdict comes before the figure, so an unjudged ratio does not read as a miss
     assert "units: **n/a** (the target compares 1,024 with 64 running requests; at these" in text

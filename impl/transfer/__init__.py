@@ -1,4 +1,4 @@
-"""Prefill/decode transfer of checkpoint images between two processes (issue 6, SPEC D.12).
+"""Prefill/decode transfer of checkpoint images between two processes (SPEC D.12).
 
 An engine that splits prefill and decode across instances moves checkpoint images from the
 prefill instance's pool to the decode instance's pool. The store already has the protocol

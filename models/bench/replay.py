@@ -1,9 +1,9 @@
 """``make bench-replay``: wall time of ``pagedstate replay`` on the full shipped traces.
 
-Issue 5's budget: the full conversation trace (12,031 requests) with executor none in at most
+The replay's budget: the full conversation trace (12,031 requests) with executor none in at most
 60 s on a 2-core machine, and with ``--verify`` (the reference in lockstep) at most 5x that.
-This replays each shipped trace (``data/traces/``) once plain and once verified, in one process, and writes the
-figures, with the hit rates found, into their section of ``docs/benchmarks.md``.
+This replays each shipped trace (``data/traces/``) once plain and once verified, in one
+process, and writes the figures, with the hit rates found, into their section of ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ def _pct(x: float) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pagedstate.models.bench.replay")
-    ap.add_argument("--traces", type=Path, default=_TRACES, help="folder of the traces (default: the checkout's data/traces)")
+    ap.add_argument("--traces", type=Path, default=_TRACES,
+                    help="folder of the traces (default: the checkout's data/traces)")
     ap.add_argument("--model", default="Qwen/Qwen3-Next-80B-A3B-Instruct")
     ap.add_argument("--pool-gib", type=float, default=16.0)
     ap.add_argument("--placement", default="anchor")
@@ -71,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f" `{args.placement}`, 64 running requests, executor none; once plain and once with"
         " `--verify` (the reference model in lockstep, snapshots compared every 256 passes),"
         " in one process. Wall time of the replay (set-up included, trace loading shown apart)."
-        " Issue 5's budget: the conversation trace in at most 60 s plain, and `--verify` at"
+        " The replay's budget: the conversation trace in at most 60 s plain, and `--verify` at"
         " most 5x that.",
         "",
         "| trace | requests | load s | plain s | verify s | verify / plain | store calls |"

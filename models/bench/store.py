@@ -7,7 +7,7 @@ of every method the engine called and overall. It then replays the same workload
 running requests on stores pre-populated with 10^3 and 10^6 READY records (the reference at
 10^3 and 10^4: it walks every unit on each reservation, so filling it with 10^6 records
 would take hours), and reports the resident memory. Finally it checks the three targets of
-issue 3 ("Measured, not timed") and writes everything between its markers in
+the project's rule ("measured, not timed") and writes everything between its markers in
 ``docs/benchmarks.md`` (other sections of that file are left as they are).
 
 The implementations are module names resolved at run time: ``--impl`` (the production
@@ -39,7 +39,7 @@ Usage: ``python -m pagedstate.models.bench [--impl M] [--ref M] [--requests N]
 [--out docs/benchmarks.md] [--quick]``.
 
 The parts: :mod:`.workload` (what is replayed), :mod:`.measure` (the replays and what they
-measure), :mod:`.report` (the Markdown section) and :mod:`.targets` (issue 3's verdicts).
+measure), :mod:`.report` (the Markdown section) and :mod:`.targets` (the verdicts).
 """
 
 from __future__ import annotations

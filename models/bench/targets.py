@@ -1,4 +1,4 @@
-"""Issue 3's targets on the store benchmark and their verdicts (:func:`target_lines`): each
+"""The targets of the store benchmark and their verdicts (:func:`target_lines`): each
 judged only at its own levels, on runs that made store calls and reached their level."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from .measure import (
     _us,
 )
 
-#: Issue 3's targets.
+#: The store's targets on this benchmark.
 TARGET_US_AT_256 = 3.0
 TARGET_CONCURRENCY_RATIO = 1.1
 TARGET_RECORDS_RATIO = 1.2
-#: The levels issue 3's ratio targets compare (lower, higher); other levels are not judged.
+#: The levels the ratio targets compare (lower, higher); other levels are not judged.
 TARGET_CONCURRENCY_LEVELS = (64, 1024)
 TARGET_RECORDS_LEVELS = (1_000, 1_000_000)
 
@@ -46,9 +46,9 @@ def target_lines(meas: Measured, grown_ratios: tuple[float, float, float] | None
     lines: list[str] = []
     judged = stand_in is None
     lines += [
-        "### Targets (issue 3)",
+        "### Targets",
         "",
-        "Issue 3 (the production store) sets three targets on this benchmark: at most"
+        "The production store has three targets on this benchmark: at most"
         f" {TARGET_US_AT_256:g} µs per store call at 256 running requests; the per-call cost at"
         f" 1,024 running requests at most {TARGET_CONCURRENCY_RATIO:g}x the cost at 64; the"
         f" per-call cost with 10^6 live records at most {TARGET_RECORDS_RATIO:g}x the cost with"

@@ -1,5 +1,5 @@
 """``python -m pagedstate.models.bench.transfer``: images per second and GB/s of the
-prefill/decode transfer (issue 6, :mod:`pagedstate.impl.transfer`) against a plain
+prefill/decode transfer (:mod:`pagedstate.impl.transfer`) against a plain
 send/recv of the same bytes measured in the same run.
 
 Each configuration (page size x payload mode) is one two-rank run that this command spawns
