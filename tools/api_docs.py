@@ -87,6 +87,12 @@ def _differences(a: Path, b: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        # A set's repr (a default value on a page) follows string hashing: fix the seed, so
+        # the pages are the same from run to run.
+        env = dict(os.environ, PYTHONHASHSEED="0")
+        args = sys.argv[1:] if argv is None else argv
+        os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *args], env)
     parser = argparse.ArgumentParser(prog="api_docs", description=__doc__.splitlines()[0])
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--out", type=Path, help="write the pages into this folder")

@@ -3,7 +3,8 @@
 The replay's budget: the full conversation trace (12,031 requests) with executor none in at most
 60 s on a 2-core machine, and with ``--verify`` (the reference in lockstep) at most 5x that.
 This replays each shipped trace (``data/traces/``) once plain and once verified, in one
-process, and writes the figures, with the hit rates found, into their section of ``docs/benchmarks.md``.
+process, and writes the figures, with the hit rates found, into their section of
+``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
