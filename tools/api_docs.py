@@ -72,6 +72,13 @@ def render(out: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         pdoc.pdoc(*modules, output_directory=out)
+    # Defaults that are paths in the checkout (the shipped trace) would name the folder the
+    # pages were made in: write the checkout's root as <checkout>, the same everywhere.
+    root = str(Path(__file__).resolve().parent.parent)
+    for page in out.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        if root in text:
+            page.write_text(text.replace(root, "&lt;checkout&gt;"), encoding="utf-8")
 
 
 def _differences(a: Path, b: Path) -> list[str]:
