@@ -71,7 +71,9 @@ def render(out: Path) -> None:
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        pdoc.pdoc(*modules, output_directory=out)
+        # pdoc also walks a package's submodules itself: exclude the skipped ones by name.
+        excluded = [f"!{name.replace('.', '[.]')}$" for name in sorted(SKIP)]
+        pdoc.pdoc(*modules, *excluded, output_directory=out)
     # Defaults that are paths in the checkout (the shipped trace) would name the folder the
     # pages were made in: write the checkout's root as <checkout>, the same everywhere.
     root = str(Path(__file__).resolve().parent.parent)
