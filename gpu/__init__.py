@@ -47,13 +47,14 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    # torch is optional: the torch-backed names load on first use.
+    # torch is optional: the torch-backed names load on first use, and stay bound in the
+    # module afterwards (so ``vars(pagedstate.gpu)`` and documentation tools see them).
+    value: object
     if name == "StateTensors":
-        from .tensors import StateTensors
-
-        return StateTensors
-    if name == "TorchCopyExecutor":
-        from .executor import TorchCopyExecutor
-
-        return TorchCopyExecutor
-    raise AttributeError(f"module 'pagedstate.gpu' has no attribute {name!r}")
+        from .tensors import StateTensors as value
+    elif name == "TorchCopyExecutor":
+        from .executor import TorchCopyExecutor as value
+    else:
+        raise AttributeError(f"module 'pagedstate.gpu' has no attribute {name!r}")
+    globals()[name] = value
+    return value

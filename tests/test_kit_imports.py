@@ -104,3 +104,23 @@ def test_the_old_path_warns_and_gives_the_same_objects(monkeypatch: pytest.Monke
     # the old module's other names too (not in its __all__)
     for name in ("DEFAULT_CONFIG", "CoordinatorFactory", "PoolFactory", "H", "KNOWN_H"):
         assert getattr(old, name) is getattr(new, name), name
+
+
+def test_the_profiles_repr_names_only_the_profiles() -> None:
+    # A settings repr spells out every default, and Hypothesis picks other defaults under a CI
+    # variable: the API reference would differ between a laptop and CI.
+    from pagedstate.engines.conformance import PROFILES
+
+    assert repr(PROFILES) == "<conformance profiles ci, dev, fuzz>"
+    assert PROFILES["ci"].derandomize and dict(PROFILES).keys() == {"ci", "dev", "fuzz"}
+    with pytest.raises(TypeError):
+        PROFILES["ci"] = PROFILES["dev"]  # type: ignore[index]
+
+
+def test_the_lazy_gpu_names_stay_bound_after_first_use() -> None:
+    pytest.importorskip("torch")
+    import pagedstate.gpu as gpu
+    from pagedstate.gpu.tensors import StateTensors
+
+    assert gpu.StateTensors is StateTensors
+    assert vars(gpu)["StateTensors"] is StateTensors

@@ -71,6 +71,11 @@ def render(out: Path) -> None:
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
+        # pdoc repeats a package it reached both by name and by walking its parent, and it
+        # cannot evaluate ``array[int]`` on Python 3.11 (the page shows the text instead).
+        warnings.filterwarnings("ignore", message="The module specification", module="pdoc")
+        warnings.filterwarnings("ignore", message="Error parsing type annotation.*array",
+                                module="pdoc")
         # pdoc also walks a package's submodules itself: exclude the skipped ones by name.
         excluded = [f"!{name.replace('.', '[.]')}$" for name in sorted(SKIP)]
         pdoc.pdoc(*modules, *excluded, output_directory=out)

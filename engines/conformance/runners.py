@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import unittest
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
 import attrs
@@ -59,7 +59,28 @@ def conformance_machine(
 #: The kit's own profiles, used by :func:`conformance_settings` when the named profile was
 #: not registered (an engine's test suite without a ``conftest`` registering them):
 #: ``ci`` deterministic and bounded, ``dev`` the defaults, ``fuzz`` long.
-PROFILES: Mapping[str, HSettings] = MappingProxyType(
+class _Profiles(Mapping[str, HSettings]):
+    """A read-only mapping of profile name to settings whose repr names only the profiles:
+    a settings object's repr spells out every default, and those follow the environment
+    (Hypothesis picks other defaults when it sees a CI variable)."""
+
+    def __init__(self, profiles: dict[str, HSettings]) -> None:
+        self._profiles = MappingProxyType(profiles)
+
+    def __getitem__(self, name: str) -> HSettings:
+        return self._profiles[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._profiles)
+
+    def __len__(self) -> int:
+        return len(self._profiles)
+
+    def __repr__(self) -> str:
+        return f"<conformance profiles {', '.join(self._profiles)}>"
+
+
+PROFILES: Mapping[str, HSettings] = _Profiles(
     {
         "ci": HSettings(
             derandomize=True,
