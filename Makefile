@@ -65,11 +65,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --progress-bar off -q '$(TORCH)' '$(TRITON)'; \
 	$(PY) -m pip install --progress-bar off -q -e '.[dev]'; \
 	echo "make setup: $(VENV) ready in $${SECONDS} s, $$(du -sh $(VENV) | cut -f1) on disk"
-	# mypy cannot follow the editable install's import hook: give it a static
-	# view of the package (see [tool.mypy] mypy_path in pyproject.toml).
-	rm -rf $(VENV)/mypy-path
-	mkdir -p $(VENV)/mypy-path/pagedstate
-	for d in $(SRC_DIRS); do ln -s "../../../$$d" "$(VENV)/mypy-path/pagedstate/$$d"; done
+	@# mypy cannot follow the editable install's import hook: give it a static
+	@# view of the package (see [tool.mypy] mypy_path in pyproject.toml).
+	@rm -rf $(VENV)/mypy-path
+	@mkdir -p $(VENV)/mypy-path/pagedstate
+	@for d in $(SRC_DIRS); do ln -s "../../../$$d" "$(VENV)/mypy-path/pagedstate/$$d"; done
 	touch $@
 
 # `make test` leaves out tests marked `slow` (exhaustive conformance of `default` to depth 8

@@ -215,7 +215,9 @@ def validate_batch(
     if max_ops is not None and n > max_ops:
         raise BatchTooLargeError(
             f"a batch asked to copy {n} checkpoints, more than the {max_ops} its descriptor"
-            " was sized for"
+            " was sized for (max_ops_per_batch); nothing was copied, and the ops were already"
+            " drained from the coordinator: size the executor for the largest drain,"
+            " checkpoint_copy_ops_per_batch(max_num_seqs)"
         )
     try:
         scrub_given = list(scrub_units)

@@ -9,7 +9,7 @@ descriptor is built from. Needs torch (the ``gpu`` extra).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -17,6 +17,9 @@ import numpy.typing as npt
 from pagedstate.spec.errors import InvalidArgumentError
 
 from .geometry import CheckpointLayout
+
+if TYPE_CHECKING:
+    import torch as _t
 
 __all__ = ["StateTensors", "torch_dtype"]
 
@@ -86,8 +89,8 @@ class StateTensors:
         self.device = dev
         want_slots = [((num_slots, *t.shape), torch_dtype(t.dtype)) for t in layout.slot_tensors]
         want_kv = [((num_blocks, b // 2), torch.bfloat16) for b in layout.region_bytes]
-        self.slot_tensors = self._take("slot_tensors", slot_tensors, want_slots)
-        self.kv_tensors = self._take("kv_tensors", kv_tensors, want_kv)
+        self.slot_tensors: list[_t.Tensor] = self._take("slot_tensors", slot_tensors, want_slots)
+        self.kv_tensors: list[_t.Tensor] = self._take("kv_tensors", kv_tensors, want_kv)
         # The hazard check reasons about slots and units, so every tensor must be its own
         # memory: two given tensors sharing bytes would let one batch write them twice.
         spans = sorted(
@@ -101,8 +104,10 @@ class StateTensors:
                     f"tensors {i} and {j} (slot tensors first, then KV) share memory: each"
                     " slot and KV tensor must be its own"
                 )
-        self._slot_rows = [t.view(num_slots, -1).view(torch.uint8) for t in self.slot_tensors]
-        self._kv_rows = [t.view(torch.uint8) for t in self.kv_tensors]
+        self._slot_rows: list[_t.Tensor] = [
+            t.view(num_slots, -1).view(torch.uint8) for t in self.slot_tensors
+        ]
+        self._kv_rows: list[_t.Tensor] = [t.view(torch.uint8) for t in self.kv_tensors]
         self._carried = [t.carried_bytes for t in layout.slot_tensors]
 
     def _take(
@@ -154,7 +159,7 @@ class StateTensors:
             raise InvalidArgumentError(f"{what} needs a uint8 tensor of {n} bytes, got {got!r}")
         return data.reshape(-1)
 
-    def slot_row(self, tensor: int, slot: int) -> Any:
+    def slot_row(self, tensor: int, slot: int) -> _t.Tensor:
         """Slot ``slot``'s whole row of slot tensor ``tensor`` as a uint8 view
         (``row_bytes`` bytes).
 
@@ -163,13 +168,13 @@ class StateTensors:
         return self._slot_rows[tensor][self._slot(slot)]
 
     @property
-    def kv_rows(self) -> list[Any]:
+    def kv_rows(self) -> list[_t.Tensor]:
         """Each attention layer's KV tensor as uint8 rows, ``[num_blocks, region_bytes[r]]``
         (views: writes go to the KV tensors). For gathers over many units at once
         (``index_select`` / ``index_copy_`` with a unit index)."""
         return list(self._kv_rows)
 
-    def unit_region(self, region: int, unit: int) -> Any:
+    def unit_region(self, region: int, unit: int) -> _t.Tensor:
         """Unit ``unit``'s region ``region`` (its page in attention layer ``region``) as a
         uint8 view (``region_bytes[region]`` bytes).
 
@@ -177,7 +182,7 @@ class StateTensors:
             InvalidArgumentError: ``unit`` is not an int in ``[0, num_blocks)``."""
         return self._kv_rows[region][self._unit(unit)]
 
-    def read_image(self, slot: int) -> Any:
+    def read_image(self, slot: int) -> _t.Tensor:
         """The carried bytes of ``slot`` in source-stream order (a new uint8 tensor of
         ``image_bytes``).
 
@@ -186,7 +191,8 @@ class StateTensors:
         torch = _torch()
         slot = self._slot(slot)
         rows = zip(self._slot_rows, self._carried, strict=True)
-        return torch.cat([r[slot, :c] for r, c in rows])
+        out: _t.Tensor = torch.cat([r[slot, :c] for r, c in rows])
+        return out
 
     def write_image(self, slot: int, data: Any) -> None:
         """Write ``image_bytes`` bytes (uint8 tensor) into ``slot``'s carried ranges.
@@ -201,16 +207,17 @@ class StateTensors:
             r[slot, :c].copy_(data[pos : pos + c])
             pos += c
 
-    def read_slot(self, slot: int) -> Any:
+    def read_slot(self, slot: int) -> _t.Tensor:
         """All bytes of ``slot``, carried or not, tensor by tensor (uint8, ``slot_bytes``).
 
         Raises:
             InvalidArgumentError: ``slot`` is not an int in ``[0, num_slots)``."""
         torch = _torch()
         slot = self._slot(slot)
-        return torch.cat([r[slot] for r in self._slot_rows])
+        out: _t.Tensor = torch.cat([r[slot] for r in self._slot_rows])
+        return out
 
-    def read_units(self, unit_ids: Sequence[int]) -> Any:
+    def read_units(self, unit_ids: Sequence[int]) -> _t.Tensor:
         """The destination stream over ``unit_ids``: regions unit-major, region-minor
         (uint8, ``len(unit_ids) * page_unit_bytes``).
 
@@ -218,7 +225,8 @@ class StateTensors:
             InvalidArgumentError: a unit is not an int in ``[0, num_blocks)``."""
         torch = _torch()
         units = [self._unit(u) for u in unit_ids]
-        return torch.cat([r[u] for u in units for r in self._kv_rows])
+        out: _t.Tensor = torch.cat([r[u] for u in units for r in self._kv_rows])
+        return out
 
     def fill_unit(self, unit: int, data: Any) -> None:
         """Overwrite every region of ``unit`` with ``data`` (uint8, ``page_unit_bytes``).
@@ -252,6 +260,6 @@ class StateTensors:
         stride = np.array([r.stride(0) for r in self._kv_rows], dtype=np.int64)
         return (base + u[..., None] * stride).reshape(u.shape[0], -1)
 
-    def all_tensors(self) -> list[Any]:
+    def all_tensors(self) -> list[_t.Tensor]:
         """Every tensor, slot tensors first (for a kernel's base pointer)."""
         return [*self.slot_tensors, *self.kv_tensors]

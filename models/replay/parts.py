@@ -125,10 +125,18 @@ def _store_module(impl: ModuleType | str) -> ModuleType:
             ``PagedStateCheckpointCoordinator``.
     """
     if isinstance(impl, str):
+        if "/" in impl or "\\" in impl or impl.endswith(".py"):
+            raise ReplayError(
+                f"store module {impl!r}: give a module name (for example mystore, with its"
+                " folder on PYTHONPATH), not a file path"
+            )
         try:
             impl = importlib.import_module(impl)
         except (ImportError, ValueError, TypeError) as e:
-            raise ReplayError(f"store module {impl!r}: cannot import it ({e})") from None
+            hint = (
+                " (is its folder on PYTHONPATH?)" if isinstance(e, ModuleNotFoundError) else ""
+            )
+            raise ReplayError(f"store module {impl!r}: cannot import it ({e}){hint}") from None
     missing = [n for n in ("UnitPool", "PagedStateCheckpointCoordinator") if not hasattr(impl, n)]
     if missing:
         raise ReplayError(f"store module {impl.__name__!r} has no {' or '.join(missing)}")
