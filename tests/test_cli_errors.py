@@ -81,6 +81,7 @@ BAD: list[tuple[str, list[str]]] = [
     ("explore", ["explore", "--config", ""]),
     ("explore", ["explore", "--workers", "0"]),
     ("explore", ["explore", "--workers", "two"]),
+    ("explore", ["explore", "--workers", "65"]),
     ("explore", ["explore", "--max-states", "0"]),
     ("explore", ["explore", "--max-states", "-5"]),
     ("explore", ["explore", "--json", "{MISSING}/cex.json"]),
@@ -165,3 +166,19 @@ def test_good_paths_still_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert code == 0 and (out / "tables" / "README.md").is_file()
     code, _, err = run_cli(["render", "--check", str(out)], capsys)
     assert code == 0, err
+
+
+def test_render_that_cannot_write_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A folder that passes the up-front check but fails at the write (a full disk, /proc)
+    ends in a usage error naming the folder, not a traceback."""
+    from pagedstate.spec import render
+
+    def full(out_dir: object) -> list[Path]:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(render, "write", full)
+    code, out, err = run_cli(["render", "--out", str(tmp_path / "docs")], capsys)
+    assert code == 2 and "pagedstate render: error: argument --out" in err, err
+    assert "No space left on device" in err and "Traceback" not in err and out == ""

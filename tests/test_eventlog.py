@@ -1135,3 +1135,34 @@ def test_found_drain_with_a_garbage_slot_now_agrees() -> None:
     lines, _line = _garbage_slot_log("take_checkpoint_ops")
     result = CL.check_log(lines)
     assert result.status == "matched", result.text()
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"enabled": "yes"},
+        {"enabled": "false"},
+        {"offload": 1},
+        {"scratch": None},
+        {"readable_midstep": None},
+        {"on_evict": "x"},
+        {"coordinator": 5},
+    ],
+    ids=lambda e: f"{next(iter(e))}={next(iter(e.values()))!r}",
+)
+def test_a_header_flag_that_is_not_a_bool_is_unreadable(edit: dict[str, Any]) -> None:
+    """Header flags are JSON true/false: ``"false"`` must not replay as enabled."""
+    objs = parsed(random_log(0))
+    objs[0].update(edit)
+    result = CL.check_log([json.dumps(o) for o in objs])
+    assert result.status == "unreadable" and result.line == 1, result.text()
+
+
+def test_a_repeated_key_is_unreadable() -> None:
+    """json keeps the last of two equal keys; the checker refuses the line instead."""
+    lines = random_log(0)
+    header = lines[0].rstrip("\n")
+    assert header.endswith("}")
+    lines[0] = header[:-1] + ', "enabled": false}'
+    result = CL.check_log(lines)
+    assert result.status == "unreadable" and result.line == 1, result.text()

@@ -16,6 +16,19 @@ from .verdict import CheckResult, Difference, _Unreadable, _Unsupported
 # ---------------------------------------------------------------------------------------
 
 
+
+class _RepeatedKey(ValueError):
+    """A JSON object names a key twice (json keeps the last silently)."""
+
+
+def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _RepeatedKey(key)
+        out[key] = value
+    return out
+
 def check_log(lines: Iterable[str | bytes], *, require_footer: bool = True) -> CheckResult:
     """Replay a log's lines on the reference model and return the verdict (see the module
     docstring). ``lines`` may be a file opened in text or binary mode; trailing newlines
@@ -42,7 +55,9 @@ def check_log(lines: Iterable[str | bytes], *, require_footer: bool = True) -> C
             if not text.strip():
                 raise _Unreadable("a blank line")
             try:
-                obj = json.loads(text)
+                obj = json.loads(text, object_pairs_hook=_no_repeated_keys)
+            except _RepeatedKey as exc:
+                raise _Unreadable(f"a key repeats in one object: {exc.args[0]!r}") from None
             except json.JSONDecodeError as exc:
                 if being_written and replay is not None and cut is None:
                     # the last line, unless another comes (then it is reported as is)

@@ -41,6 +41,8 @@ _HEADER_FIELDS = (
     "forfeit_bound",
     "change_log_size",
 )
+#: Header fields that are flags: JSON true or false, nothing coerced ("false" is no flag).
+_HEADER_FLAGS = ("enabled", "readable_midstep", "offload", "offload_sink", "scratch")
 _OVER_BUDGET = T.SCRATCH.label(T.SCRATCH.step(T.S_QUEUED, "issue", "over_budget"))
 
 
@@ -108,6 +110,16 @@ class _Replay:
         missing = [k for k in _HEADER_FIELDS if k not in header]
         if missing:
             raise _Unreadable(f"the header lacks {missing}")
+        flags = [k for k in _HEADER_FLAGS if type(header[k]) is not bool]
+        if "on_evict" in header and type(header["on_evict"]) is not bool:
+            flags.append("on_evict")
+        if flags:
+            got = ", ".join(f"{k}: {header[k]!r}" for k in flags)
+            raise _Unreadable(f"the header's flags must be true or false, got {got}")
+        if "coordinator" in header and type(header["coordinator"]) is not str:
+            raise _Unreadable(
+                f"the header's coordinator must be a class name, got {header['coordinator']!r}"
+            )
         try:
             spec = PagedStateCheckpointSpec.from_wire(header["spec"])
         except (TypeError, BadSpecError) as exc:

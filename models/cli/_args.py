@@ -29,6 +29,20 @@ def _positive_int(text: str) -> int:
     return value
 
 
+#: The most worker processes ``explore --workers`` forks (each is a full copy of the search).
+MAX_WORKERS = 64
+
+
+def _worker_count(text: str) -> int:
+    """argparse type: an int in ``[1, MAX_WORKERS]``."""
+    value = _positive_int(text)
+    if value > MAX_WORKERS:
+        raise argparse.ArgumentTypeError(
+            f"expected at most {MAX_WORKERS} worker processes, got {value}"
+        )
+    return value
+
+
 def _writable_folder(folder: Path) -> str | None:
     """Why nothing can be created in ``folder`` (missing, not a folder, not writable), or
     None."""

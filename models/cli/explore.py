@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any
 
-from ._args import _positive_int, check_out_file
+from ._args import MAX_WORKERS, _positive_int, _worker_count, check_out_file
 
 #: Seconds between the plain progress lines ``explore`` prints when stderr is no terminal.
 _LOG_EVERY_S = 30.0
@@ -120,7 +120,10 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="a configuration of pagedstate.models.explorer.CONFIGS: tiny, default or wide",
     )
     explore.add_argument(
-        "--workers", type=_positive_int, default=1, help="worker processes (forked; default 1)"
+        "--workers",
+        type=_worker_count,
+        default=1,
+        help=f"worker processes (forked; 1 to {MAX_WORKERS}; default 1)",
     )
     explore.add_argument(
         "--max-states",

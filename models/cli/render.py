@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from ._args import check_in_folder, check_out_folder
+from ._args import UsageError, check_in_folder, check_out_folder
 
 
 def _run_render(args: argparse.Namespace) -> int:
@@ -40,7 +40,11 @@ def _run_render(args: argparse.Namespace) -> int:
         print(f"render --check: {root} is up to date ({len(render.render_all())} files)")
         return 0
     check_out_folder(args.out, "--out")
-    for path in render.write(args.out):
+    try:
+        written = render.write(args.out)
+    except OSError as e:
+        raise UsageError(f"argument --out: {args.out}: cannot write there ({e.strerror or e})") from None
+    for path in written:
         print(path)
     return 0
 
