@@ -10,12 +10,20 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from pagedstate.spec import tables as T
-from pagedstate.spec.types import CheckpointStoreOp, ScratchSlotPool, SequenceLike
+from pagedstate.spec.types import (
+    CheckpointRestoreOp,
+    CheckpointStoreOp,
+    ScratchSlotPool,
+    SequenceLike,
+)
 
 from .store import PageUnitCheckpointStore
 
 #: A pending boundary's key: ``(id(seq), h)``.
 _PendingKey = tuple[int, int]
+#: A restore begun on behalf of a sequence (G15): ``(dst_slot, the store's queued entry,
+#: seq)``. It is valid while the store's queue holds that very entry for the slot.
+_RestoreOwner = tuple[int, tuple[int, CheckpointRestoreOp], SequenceLike]
 
 
 class _CoordinatorBase:
@@ -32,10 +40,15 @@ class _CoordinatorBase:
     _scratch_reserved: dict[int, tuple[int, int]]
     _scratch_queued: OrderedDict[int, int]
     _scratch_by_hash: dict[int, dict[int, None]]
-    _scratch_issued: list[int]
+    _scratch_issued: dict[int, None]
+    _scratch_forwards: dict[int, int]
     _pending: dict[_PendingKey, tuple[SequenceLike, int]]
     _pending_of_seq: dict[int, _PendingKey]
     _pending_by_hash: dict[int, dict[int, None]]
+    _boundary_forwards: dict[_PendingKey, int]
+    _last_forward: int | None
+    _restore_owners: dict[int, _RestoreOwner]
+    _restore_owner_of_slot: dict[int, int]
     _store_ops: list[CheckpointStoreOp]
     _attempt: bool
     _busy: str | None
@@ -48,4 +61,10 @@ class _CoordinatorBase:
 
         def _took(self, table: T.Table, row: T.Row, subject: object) -> None: ...
 
-        def _take_scratch_stores(self, budget: int) -> None: ...
+        def _take_scratch_stores(self, budget: int, prev: int | None) -> None: ...
+
+        def _lent_as_scratch(self, slot: int) -> bool: ...
+
+        def _forget_restore_of(self, seq: SequenceLike, slot: int) -> None: ...
+
+        def _clear_restore_owners(self) -> None: ...

@@ -20,19 +20,33 @@ _consume: Callable[[Iterable[object]], None] = deque[object](maxlen=0).extend
 EvictionCallback = Callable[[int], None]
 
 
-def _ids_list(unit_ids: Any) -> tuple[int, ...]:
-    """A list or tuple of non-negative int unit ids without repeats, as a tuple."""
+def _ids_list(unit_ids: Any, num_units: int) -> tuple[int, ...]:
+    """A list or tuple of int unit ids in ``[0, num_units)`` without repeats, as a tuple.
+
+    Raises:
+        InvalidArgumentError: not a list or tuple, an id not an int, or an id outside the
+            pool's range ``[0, num_units)`` (G16: the message names the range, as the
+            reference model's).
+        DuplicateUnitError: an id repeats.
+    """
     if not isinstance(unit_ids, (list, tuple)):
         raise InvalidArgumentError(
             f"unit_ids must be a list or tuple, got {type(unit_ids).__qualname__}"
         )
     ids = tuple(unit_ids)
     for u in ids:
-        if type(u) is not int or u < 0:  # pragma: no mutate (need_int re-checks)
-            need_int("unit id", u, 0)
+        if type(u) is not int:  # pragma: no mutate (need_int re-checks)
+            need_int("unit id", u)
+        if not 0 <= u < num_units:
+            raise InvalidArgumentError(_outside(u, num_units))
     if len(set(ids)) != len(ids):
         raise DuplicateUnitError(f"unit ids repeat: {list(ids)}")
     return ids
+
+
+def _outside(unit: object, num_units: int) -> str:
+    """The message for a unit id outside the pool (G16)."""
+    return f"unit {unit} is outside the pool's range [0, {num_units}) (G16)"
 
 
 #: What undoes one reservation: its units (piece order), owner, the hashes of the cached

@@ -161,11 +161,11 @@ class _KVSide(_PoolBase):
 
         Raises:
             InvalidArgumentError: a unit is not a cached free unit; ``owner`` is None or
-                unhashable; malformed ids.
+                unhashable; malformed ids, or an id outside ``[0, num_units)`` (G16).
             DuplicateUnitError: an id repeats.
             StoreOwnedUnitsError: ``owner`` is a store owner (the store claims no KV).
         """
-        ids = _ids_list(unit_ids)
+        ids = _ids_list(unit_ids, self.num_units)
         if owner is None:
             raise InvalidArgumentError("a reservation needs an owner, got None")
         self._need_owner("owner", owner)
@@ -186,10 +186,11 @@ class _KVSide(_PoolBase):
         vacant and their later reuse fires nothing. O(k log n).
 
         Raises:
-            InvalidArgumentError: a unit is not a cached free unit; malformed ids.
+            InvalidArgumentError: a unit is not a cached free unit; malformed ids, or an id
+                outside ``[0, num_units)`` (G16).
             DuplicateUnitError: an id repeats.
         """
-        ids = _ids_list(unit_ids)
+        ids = _ids_list(unit_ids, self.num_units)
         for u in ids:
             if u not in self._cached:
                 raise InvalidArgumentError(f"unit {u} is not a cached free unit")

@@ -1,8 +1,9 @@
 """What the production store's modules share: the record and offload-pin entries, the row
 hook types, the store's two adapters for pools (the production pool's calls where a pool
 offers them), and :class:`_StoreBase`, the typed base of the store's topic mixins
-(:mod:`._store_restores`, :mod:`._store_offload`, :mod:`._store_views`): the store's
-attributes and the record-machine calls of :mod:`.store` they make, declared for mypy."""
+(:mod:`._store_restores`, :mod:`._store_offload`, :mod:`._store_completions`,
+:mod:`._store_views`): the store's attributes and the record-machine calls of
+:mod:`.store` they make, declared for mypy."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pagedstate.spec.tables import Row, Table
 from pagedstate.spec.types import (
     CheckpointRestoreOp,
+    CompletionToken,
     PagedStateCheckpointSpec,
     StateStoreOperationId,
 )
@@ -26,11 +28,22 @@ RowSink = set[tuple[str, int]]
 TransitionHook = Callable[[str, Row, object], None]
 
 
+#: An outstanding completion (SPEC D.13, B.3 row 24): the batch's token and the checkpoint
+#: ids it published unsettled, in publish order (ids of records released since are kept;
+#: the settle skips them).
+_Completion = tuple[CompletionToken, list[int]]
+
+
 class _Record:
-    __slots__ = ("prefix_hash", "unit_ids", "phase", "pin_count", "stamp")
+    __slots__ = ("prefix_hash", "unit_ids", "phase", "pin_count", "stamp", "settled")
 
     def __init__(
-        self, prefix_hash: int, unit_ids: tuple[int, ...], phase: str, pin_count: int = 0
+        self,
+        prefix_hash: int,
+        unit_ids: tuple[int, ...],
+        phase: str,
+        pin_count: int = 0,
+        settled: bool = True,
     ) -> None:
         self.prefix_hash = prefix_hash
         self.unit_ids = unit_ids
@@ -39,9 +52,12 @@ class _Record:
         #: LRU recency stamp (see ``_CID_BITS`` in :mod:`.store`); meaningful while READY
         #: (larger is more recent).
         self.stamp = 0  # pragma: no mutate (the row to READY stamps it before it is read)
+        #: Whether the copy that made the image is known done (SPEC D.13): False while
+        #: COPYING and while an outstanding completion lists the record.
+        self.settled = settled
 
     def copy(self) -> _Record:
-        c = _Record(self.prefix_hash, self.unit_ids, self.phase, self.pin_count)
+        c = _Record(self.prefix_hash, self.unit_ids, self.phase, self.pin_count, self.settled)
         c.stamp = self.stamp
         return c
 
@@ -83,7 +99,6 @@ def _as_store(pool: Any) -> AbstractContextManager[Any]:
         return nullcontext()
     context: AbstractContextManager[Any] = access()
     return context
-
 
 
 class _StoreBase:
@@ -131,6 +146,7 @@ class _StoreBase:
     _forfeit_heap: list[tuple[int, StateStoreOperationId]]
     _forfeit_bound: int
     _forfeit_watermark: int
+    _completions: list[_Completion]
 
     if TYPE_CHECKING:
 
@@ -145,3 +161,11 @@ class _StoreBase:
         def _refresh(self, cid: int, rec: _Record) -> None: ...
 
         def _unpin(self, cid: int, kind: str) -> None: ...
+
+        def _poll(self) -> list[bool]: ...
+
+        def _settle(self, answers: list[bool]) -> int: ...
+
+        def _will_settle(self, cid: int, rec: _Record, answers: list[bool]) -> bool: ...
+
+        def _queue_offload_store(self, cid: int) -> None: ...

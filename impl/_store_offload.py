@@ -21,6 +21,7 @@ from pagedstate.spec.errors import (
     need_timeout,
     read_clock,
 )
+from pagedstate.spec.guards import record_step
 from pagedstate.spec.types import CHECKPOINT_OWNER, StateStoreOperationId
 
 from ._args import is_checkpoint_owner, is_dirtying, is_int, need_int
@@ -74,7 +75,9 @@ class _Offload(_StoreBase):
     ) -> tuple[StateStoreOperationId, tuple[int, ...]]:
         rec = self.records[cid]
         orow = T.OFFLOAD.step(T.OP_NONE, "take" if timeout_reclaimable else "acquire")
-        prow = T.RECORD.step(rec.phase, "pin_offload" if timeout_reclaimable else "pin_lease")
+        event = "pin_offload" if timeout_reclaimable else "pin_lease"
+        # a host reader's pin carries the settled guard (D.13): no row for an unsettled image
+        prow = record_step(rec.phase, event, rec.pin_count, rec.settled)
         self._apply(cid, rec, prow)
         self._offload_generation += 1
         op = StateStoreOperationId(rec.prefix_hash, self._offload_generation)
@@ -104,33 +107,41 @@ class _Offload(_StoreBase):
         self, max_inflight: int
     ) -> list[tuple[StateStoreOperationId, tuple[int, ...]]]:
         """Hand nominated READY images to the CPU tier, pinning each, while fewer than
-        ``max_inflight`` operations are outstanding (SPEC B.3 row 15). A nominee whose hash
-        already has an operation is deferred to the front of the queue, in order; a spent
+        ``max_inflight`` operations are outstanding (SPEC B.3 row 15). Settles first (B.3
+        row 24: every outstanding completion token is queried). A nominee whose hash
+        already has an operation, or whose record is not settled (its batch's token has not
+        reported done, D.13), is deferred to the front of the queue, in order; a spent
         nominee is dropped for good. Returns ``[(op, unit_ids)]``.
 
-        O(handed out + dropped + deferred): deferred nominees each have a distinct hash with
-        an operation outstanding, so there are fewer than ``max_inflight`` of them; dropped
+        O(outstanding tokens + records settled + handed out + dropped + deferred): deferred
+        nominees have a distinct hash with an operation outstanding (fewer than
+        ``max_inflight``) or an unsettled record (listed by an outstanding token); dropped
         ones are paid for by their nomination.
 
         Raises:
             InvalidArgumentError: ``max_inflight`` is not a non-negative int.
+            Whatever a token's ``query()`` or the clock raises: propagated, nothing changed.
         """
         # equivalent mutants: need_int re-checks
         if type(max_inflight) is not int or max_inflight < 0:  # pragma: no mutate
             need_int("max_inflight", max_inflight, 0)
+        answers = self._poll() if self._completions else []
         out = []
         deferred: list[int] = []
         ready = self._offload_ready
         pins = self._offload_pins
         records = self.records
-        # Read once, before any nominee is taken: a failing clock changes nothing.
+        # Read once, before any nominee is taken (and before the settle): a failing clock
+        # changes nothing.
         now = read_clock(self.clock) if ready and len(pins) < max_inflight else 0.0
+        if answers:
+            self._settle(answers)
         while ready and len(pins) < max_inflight:
             cid = ready.popleft()
             rec = records.get(cid)
             if rec is None or rec.phase != _READY:
                 continue
-            if rec.prefix_hash in self._op_hashes:
+            if rec.prefix_hash in self._op_hashes or not rec.settled:
                 deferred.append(cid)
                 continue
             out.append(self._pin_offload_source(cid, timeout_reclaimable=True, now=now))
@@ -142,13 +153,15 @@ class _Offload(_StoreBase):
         self, prefix_hash: int, *, max_inflight: int | None = None
     ) -> tuple[StateStoreOperationId, tuple[int, ...]] | None:
         """Lease ``prefix_hash``'s READY image for an external transfer (SPEC B.3 row 16).
-        Never timed out; release and settle it like an offload store. ``None`` when over
-        ``max_inflight`` outstanding operations, not READY, or the hash has an operation.
-        O(1).
+        Never timed out; release and settle it like an offload store. Settles first (B.3
+        row 24). ``None`` when over ``max_inflight`` outstanding operations, not READY, not
+        settled (its batch's completion token has not reported done, D.13), or the hash has
+        an operation. O(1) (+ outstanding tokens and the records they settle).
 
         Raises:
             InvalidArgumentError: ``prefix_hash`` not an int, ``max_inflight`` neither None
                 nor a non-negative int.
+            Whatever a token's ``query()`` or the clock raises: propagated, nothing changed.
         """
         if type(prefix_hash) is not int:  # pragma: no mutate (need_int re-checks)
             need_int("prefix_hash", prefix_hash)
@@ -156,12 +169,20 @@ class _Offload(_StoreBase):
             # equivalent mutants: need_int re-checks
             if type(max_inflight) is not int or max_inflight < 0:  # pragma: no mutate
                 need_int("max_inflight", max_inflight, 0)
-            if len(self._offload_pins) >= max_inflight:
-                return None
+        answers = self._poll() if self._completions else []
+        if max_inflight is not None and len(self._offload_pins) >= max_inflight:
+            self._settle(answers)
+            return None
         cid = self.lookup(prefix_hash)
-        if cid < 0 or prefix_hash in self._op_hashes:
+        if (
+            cid < 0
+            or prefix_hash in self._op_hashes
+            or not self._will_settle(cid, self.records[cid], answers)
+        ):
+            self._settle(answers)
             return None
         now = read_clock(self.clock)  # before any change: a failing clock changes nothing
+        self._settle(answers)
         return self._pin_offload_source(cid, timeout_reclaimable=False, now=now)
 
     def _need_op(self, op: object) -> StateStoreOperationId:
@@ -263,7 +284,8 @@ class _Offload(_StoreBase):
         """Make a completed external image the READY record of ``prefix_hash`` by retagging
         ``owner``'s units, with no window in which they are free (SPEC B.3 row 13). If the
         hash is READY or pending, the units are released and False returned. Not nominated
-        for offload. The identity is taken only after the rekey succeeded (G8). O(units).
+        for offload. The image is settled at once (D.13: the receiver waited for its
+        transfer). The identity is taken only after the rekey succeeded (G8). O(units).
 
         Raises:
             InvalidArgumentError: wrong unit count or argument types.

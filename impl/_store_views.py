@@ -17,6 +17,7 @@ from .pool import UnitPool
 
 _READY = T.READY
 _COPYING = T.COPYING
+_EVICTING = T.EVICTING
 
 
 class _Views(_StoreBase):
@@ -26,7 +27,8 @@ class _Views(_StoreBase):
 
     def clone(self, pool: UnitPool | None = None) -> Self:
         """A deep copy sharing nothing mutable (the clock, row sink and transition hook are
-        shared); over ``pool`` if given, else over a clone of this store's pool. O(state)."""
+        shared, and so are the completion tokens); over ``pool`` if given, else over a clone
+        of this store's pool. O(state)."""
         c = type(self).__new__(type(self))
         c.__dict__.update(self.__dict__)
         c.pool = pool if pool is not None else self.pool.clone()
@@ -48,6 +50,8 @@ class _Views(_StoreBase):
         c._reclaimable = OrderedDict(self._reclaimable)
         c._forfeited = dict(self._forfeited)
         c._forfeit_heap = list(self._forfeit_heap)
+        # completion tokens are shared objects; their lists are copied (SPEC D.13)
+        c._completions = [(token, list(cids)) for token, cids in self._completions]
         return c
 
     # -- self-check -----------------------------------------------------------------------
@@ -58,7 +62,11 @@ class _Views(_StoreBase):
         records and the pending map COPYING ones, under their own hashes; the LRU holds
         exactly the READY records; the evictable count is the number of unpinned READY
         records, and the victim heap holds each one's current stamp; restore slots are in
-        one place each; the offload indexes match the offload operations; every record's
+        one place each; the offload indexes match the offload operations; the settled flags
+        match the outstanding completions (a record whose store is in flight, COPYING or
+        EVICTING, is unsettled and unlisted; a published one is unsettled exactly when one
+        token lists it; no token lists nothing; each token has ``query`` and
+        ``synchronize``, SPEC D.13); every record's
         units are tagged with it in the pool (a production pool's own :meth:`UnitPool.
         self_check` too). For tests and the conformance kit (its ``self_check`` hook).
         Never raises. O(state + num_units)."""
@@ -97,6 +105,7 @@ class _Views(_StoreBase):
             op for _, op in self._forfeit_heap
         }:
             out.append("the forfeit memory exceeds its bound or its heap")
+        out += self._check_completions()
         pool = self.pool
         if type(pool) is UnitPool:
             for cid, rec in records.items():
@@ -104,6 +113,33 @@ class _Views(_StoreBase):
                     if pool.owner_of(u) != ((CHECKPOINT_OWNER, cid), piece):
                         out.append(f"unit {u} of record {cid} is tagged {pool.owner_of(u)!r}")
             out += pool.self_check()
+        return out
+
+    def _check_completions(self) -> list[str]:
+        """``self_check``'s part for the settled flags and the outstanding completions."""
+        out: list[str] = []
+        listed: dict[int, int] = {}
+        for token, cids in self._completions:
+            if not cids:
+                out.append(f"the completion {token!r} lists no checkpoint")
+            if not (callable(getattr(token, "query", None)) and callable(
+                getattr(token, "synchronize", None)
+            )):
+                out.append(f"the completion {token!r} is not a completion token")
+            for cid in cids:
+                listed[cid] = listed.get(cid, 0) + 1
+        twice = sorted(cid for cid, n in listed.items() if n > 1)
+        if twice:
+            out.append(f"checkpoints listed by two completions: {twice}")
+        inflight = set(self._inflight_stores)
+        for cid, rec in self.records.items():
+            if rec.phase == _COPYING or (rec.phase == _EVICTING and cid in inflight):
+                if rec.settled or cid in listed:
+                    out.append(f"{rec.phase} record {cid} in flight is settled or listed")
+            elif rec.settled == (cid in listed):
+                state = "settled" if rec.settled else "unsettled"
+                where = "listed" if cid in listed else "not listed"
+                out.append(f"{rec.phase} record {cid} is {state} but {where} by a completion")
         return out
 
     # -- snapshot -------------------------------------------------------------------------
@@ -122,7 +158,7 @@ class _Views(_StoreBase):
             tags=tags,
             cached=cached_units() if cached_units is not None else (),
             records={
-                c: RecordView(r.prefix_hash, r.unit_ids, r.phase, r.pin_count)
+                c: RecordView(r.prefix_hash, r.unit_ids, r.phase, r.pin_count, r.settled)
                 for c, r in self.records.items()
             },
             index=dict(self.hash_to_checkpoint),
@@ -152,5 +188,6 @@ class _Views(_StoreBase):
             evictions=self.evictions,
             offload_pins_reclaimed=self.offload_pins_reclaimed,
             offload_nominations_dropped=self.offload_nominations_dropped,
+            completions=tuple(tuple(cids) for _token, cids in self._completions),
             **coordinator_fields,
         )

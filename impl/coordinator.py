@@ -1,5 +1,6 @@
-"""Production coordinator: pending boundaries, the per-pass drain, transfers, midstep scratch
-and fates (SPEC D with G1 and G5), over indexes.
+"""Production coordinator: pending boundaries, the per-pass drain, completions, restores,
+transfers, midstep scratch and fates (SPEC D with G1, G5 and G12-G17; forward ids and
+completion tokens, D.13), over indexes.
 
 Same public calls, arguments, return values, errors and :class:`Snapshot` as the reference
 model's coordinator. Scratch slots and transfer reservations move only through the
@@ -12,16 +13,25 @@ Indexes instead of walks:
   ``forget_pending`` and ``unindex`` touch only the entries they remove;
 - queued scratch stores in queue order keyed by slot, plus the slots queued per hash, so
   ``reserve_midstep``'s "already queued" test and ``unindex``'s orphaning (G5) are O(1)
-  per entry; a drain leaves the over-budget remainder in place instead of copying it.
+  per entry; a drain leaves the over-budget remainder in place instead of copying it, and
+  passes a store waiting for its forward (D.13) in place at O(1) each;
+- the forward ids of pending boundaries and queued scratch stores filed with one (D.13),
+  by key and by slot;
+- the issued scratch slots as an ordered set and the reserved ones by slot, so the G12
+  test "is this slot lent as scratch" is O(1);
+- the restores begun for a sequence (G15), by sequence in the order begun plus the latest
+  owner per slot, so ``begin_restore(..., seq=)`` and ``forget_pending`` are O(1);
+- ``outstanding()`` and ``is_idle()`` are counts of these structures, O(1) (G17).
 
 Transition hook subjects (see :mod:`pagedstate.impl.store`): the scratch slot for
 ``scratch`` (for the over-budget self-loop, recorded once per drain, the first slot left
 queued); the owner for ``transfer``.
 
 Modules: this one holds the class with its constructor, admission, transfers, the calls
-passed to the store, the index changes, fates, ``self_check`` and the snapshot; its mixins
-hold the midstep scratch (:mod:`._coordinator_scratch`) and the pending boundaries with the
-drain and completion (:mod:`._coordinator_drain`); their typed base is in
+passed to the store, the index changes, fates, ``outstanding``, ``self_check`` and the
+snapshot; its mixins hold the midstep scratch (:mod:`._coordinator_scratch`), the pending
+boundaries with the drain and completion (:mod:`._coordinator_drain`) and the restores with
+their owners and leases (:mod:`._coordinator_restores`); their typed base is in
 :mod:`._coordinator_base`.
 """
 
@@ -43,12 +53,12 @@ from pagedstate.spec.types import (
     ScratchSlotPool,
     SequenceLike,
     StateStoreOperationId,
-    SuspendedCheckpointRestore,
 )
 
 from ._args import is_int, need_hashable, need_int
-from ._coordinator_base import _PendingKey
+from ._coordinator_base import _PendingKey, _RestoreOwner
 from ._coordinator_drain import _Drain
+from ._coordinator_restores import _Restores
 from ._coordinator_scratch import _Scratch
 from .pool import UnitPool
 from .store import (
@@ -85,7 +95,7 @@ def _by_hash(pairs: Iterable[tuple[int, int]]) -> dict[int, dict[int, None]]:
     return out
 
 
-class PagedStateCheckpointCoordinator(_Scratch, _Drain):
+class PagedStateCheckpointCoordinator(_Scratch, _Drain, _Restores):
     """Production coordinator (SPEC D).
 
     Args:
@@ -101,8 +111,9 @@ class PagedStateCheckpointCoordinator(_Scratch, _Drain):
         InvalidArgumentError: as :class:`PageUnitCheckpointStore`.
 
     Every call is O(1) amortized (plus O(log n) where the store's LRU heap is involved),
-    except where noted: the drain and completion cost what they hand out or release,
-    ``clear_index`` is O(records + queued scratch), ``resumable_hit`` O(hit).
+    except where noted: the drain and completion cost what they hand out, release or skip
+    (and a completion or settle the outstanding completion tokens), ``clear_index`` is
+    O(records + queued scratch), ``resumable_hit`` O(hit).
     """
 
     successor_room = 0.0
@@ -142,12 +153,23 @@ class PagedStateCheckpointCoordinator(_Scratch, _Drain):
         # Queued scratch stores: slot -> hash, in queue order; and the slots per hash.
         self._scratch_queued: OrderedDict[int, int] = OrderedDict()
         self._scratch_by_hash: dict[int, dict[int, None]] = {}
-        self._scratch_issued: list[int] = []
+        # Issued scratch slots (an ordered set), until the next completion.
+        self._scratch_issued: dict[int, None] = {}
+        # Forward ids of queued scratch stores published with one (SPEC D.13): slot -> F.
+        self._scratch_forwards: dict[int, int] = {}
         # Pending boundaries: (id(seq), h) -> (seq, h) in filing order; the key per
         # sequence; the sequence ids per hash.
         self._pending: dict[_PendingKey, tuple[SequenceLike, int]] = {}
         self._pending_of_seq: dict[int, _PendingKey] = {}
         self._pending_by_hash: dict[int, dict[int, None]] = {}
+        # Forward ids of pending boundaries filed with one (SPEC D.13): key -> F.
+        self._boundary_forwards: dict[_PendingKey, int] = {}
+        # The forward id of the latest drain (SPEC D.13), None before the first.
+        self._last_forward: int | None = None
+        # Restores begun for a sequence (G15): id(seq) -> (slot, queued entry, seq), in the
+        # order begun, and the latest owner per slot (see :mod:`._coordinator_restores`).
+        self._restore_owners: dict[int, _RestoreOwner] = {}
+        self._restore_owner_of_slot: dict[int, int] = {}
         self._store_ops: list[CheckpointStoreOp] = []
         # A store attempt of the drain is under way (its outcome not yet counted).
         self._attempt = False
@@ -178,7 +200,8 @@ class PagedStateCheckpointCoordinator(_Scratch, _Drain):
 
     def clone(self) -> PagedStateCheckpointCoordinator:
         """A deep copy (the scratch pool must offer ``clone()``; the offload index, clock,
-        row sink and hook are shared). O(state)."""
+        row sink, hook and completion tokens are shared; restore owners keep naming the
+        same queued restores, whose entries the store's copy shares). O(state)."""
         c = type(self).__new__(type(self))
         c.__dict__.update(self.__dict__)
         c.store = self.store.clone()
@@ -187,10 +210,14 @@ class PagedStateCheckpointCoordinator(_Scratch, _Drain):
         c._scratch_reserved = dict(self._scratch_reserved)
         c._scratch_queued = OrderedDict(self._scratch_queued)
         c._scratch_by_hash = {h: dict(s) for h, s in self._scratch_by_hash.items()}
-        c._scratch_issued = list(self._scratch_issued)
+        c._scratch_issued = dict(self._scratch_issued)
+        c._scratch_forwards = dict(self._scratch_forwards)
         c._pending = dict(self._pending)
         c._pending_of_seq = dict(self._pending_of_seq)
         c._pending_by_hash = {h: dict(s) for h, s in self._pending_by_hash.items()}
+        c._boundary_forwards = dict(self._boundary_forwards)
+        c._restore_owners = dict(self._restore_owners)  # entries are immutable tuples
+        c._restore_owner_of_slot = dict(self._restore_owner_of_slot)
         c._store_ops = list(self._store_ops)
         c._transfer_units = dict(self._transfer_units)
         return c
@@ -224,7 +251,9 @@ class PagedStateCheckpointCoordinator(_Scratch, _Drain):
     ) -> int:
         """Longest prefix (in blocks, ``<= hit``) whose boundary state can be produced, in HBM
         or (optimistically) from the CPU tier; 0 when none (SPEC D.1 step 2). O(hit): one
-        lookup per block scanned, newest first.
+        lookup per block scanned, newest first. A sequence without per-request state gets
+        ``hit``; a disabled coordinator returns 0 for one with it, since nothing could
+        restore its slot (G14).
 
         Raises:
             InvalidArgumentError: ``hit`` negative or beyond ``len(block_hashes)``;
@@ -244,8 +273,10 @@ class PagedStateCheckpointCoordinator(_Scratch, _Drain):
             if type(h) is not int and not is_int(h):
                 raise InvalidArgumentError(f"a block hash must be an int, got {h!r}")
         need_sequence(seq)
-        if not (self.enabled and seq.has_per_req_cache):
+        if not seq.has_per_req_cache:
             return hit
+        if not self.enabled:
+            return 0  # G14: fails closed
         for i in range(hit - 1, -1, -1):
             if assume_checkpointed or self._reachable(block_hashes[i]):
                 return i + 1
@@ -255,19 +286,6 @@ class PagedStateCheckpointCoordinator(_Scratch, _Drain):
         if self.store.contains(h):
             return True
         return self.offload is not None and bool(self.offload.could_serve(h))
-
-    def restore_queued_for(self, dst_slot: int) -> bool:
-        """Whether a queued restore will write ``dst_slot`` (evidence for a claimed hit,
-        S9). O(1)."""
-        return self.store.restore_queued_for(dst_slot)
-
-    def begin_restore(self, h: int, dst_slot: int) -> bool:
-        """Queue a restore of ``h`` into ``dst_slot``; False when ``h`` is not READY. O(1).
-
-        Raises:
-            InvalidArgumentError, SlotBusyError: as the store's ``begin_restore``.
-        """
-        return self.store.begin_restore(h, dst_slot) is not None
 
     def has_available_units(self, count: int, protected_hash: int | None = None) -> bool:
         """See :meth:`PageUnitCheckpointStore.has_available_units`. O(1)."""
@@ -371,18 +389,6 @@ class PagedStateCheckpointCoordinator(_Scratch, _Drain):
         self._took(T.TRANSFER, row, owner)
         return adopted
 
-    def suspend_queued_restore(self, dst_slot: int) -> SuspendedCheckpointRestore | None:
-        """See :meth:`PageUnitCheckpointStore.suspend_queued_restore`."""
-        return self.store.suspend_queued_restore(dst_slot)
-
-    def resume_suspended_restore(self, restore: SuspendedCheckpointRestore) -> None:
-        """See :meth:`PageUnitCheckpointStore.resume_suspended_restore`."""
-        self.store.resume_suspended_restore(restore)
-
-    def release_suspended_restore(self, restore: SuspendedCheckpointRestore) -> None:
-        """See :meth:`PageUnitCheckpointStore.release_suspended_restore`."""
-        self.store.release_suspended_restore(restore)
-
     def contains(self, h: int) -> bool:
         """Whether HBM holds a READY image of ``h`` now. O(1)."""
         return self.store.contains(h)
@@ -453,9 +459,12 @@ class PagedStateCheckpointCoordinator(_Scratch, _Drain):
             return
         seqs = self._pending_by_hash.pop(h, None)
         if seqs:
+            forwards = self._boundary_forwards
             for sid in seqs:
                 del self._pending[(sid, h)]
                 del self._pending_of_seq[sid]
+                if forwards:
+                    forwards.pop((sid, h), None)
         scratch = 0
         slots = self._scratch_by_hash.pop(h, None)
         if slots:
@@ -464,6 +473,7 @@ class PagedStateCheckpointCoordinator(_Scratch, _Drain):
             assert pool is not None
             for slot in slots:
                 del self._scratch_queued[slot]
+                self._scratch_forwards.pop(slot, None)
                 pool.release(slot)
                 scratch += 1
                 self._took(T.SCRATCH, row, slot)
@@ -478,6 +488,7 @@ class PagedStateCheckpointCoordinator(_Scratch, _Drain):
         self._pending.clear()
         self._pending_of_seq.clear()
         self._pending_by_hash.clear()
+        self._boundary_forwards.clear()
         queued = self._scratch_queued
         if queued:
             row = T.SCRATCH.step(T.S_QUEUED, "orphan")
@@ -485,6 +496,7 @@ class PagedStateCheckpointCoordinator(_Scratch, _Drain):
             assert pool is not None
             self._scratch_queued = OrderedDict()
             self._scratch_by_hash = {}
+            self._scratch_forwards = {}
             for slot in queued:
                 pool.release(slot)
                 self._took(T.SCRATCH, row, slot)
@@ -512,7 +524,10 @@ class PagedStateCheckpointCoordinator(_Scratch, _Drain):
         """Problems with the coordinator's own indexes and the store's (and its pool's), as
         sentences (empty: none): the pending boundaries' per-sequence and per-hash indexes
         match the boundaries, the queued scratch stores' per-hash index matches the queue,
-        and no drain or completion is running between calls. For tests and the conformance
+        the forward ids name pending boundaries and queued scratch stores, the last forward
+        is an int >= 0 or None (D.13), the restore owners' per-slot index names the valid
+        owner of each slot (G15), no issued scratch slot is also queued or reserved, and no
+        drain or completion is running between calls. For tests and the conformance
         kit, which calls a ``self_check`` of the store under test after every step. Never
         raises. O(state + num_units)."""
         out: list[str] = []
@@ -523,6 +538,7 @@ class PagedStateCheckpointCoordinator(_Scratch, _Drain):
             out.append("the pending sequences per hash do not match the pending boundaries")
         if self._scratch_by_hash != _by_hash(self._scratch_queued.items()):
             out.append("the queued scratch slots per hash do not match the queue")
+        out += self._check_overlap()
         if self._busy is not None or self._store_ops or self._attempt:
             out.append("a drain or completion is still open between calls")
         return out + self.store.self_check()
@@ -539,7 +555,84 @@ class PagedStateCheckpointCoordinator(_Scratch, _Drain):
             checkpoints_dropped=self.checkpoints_dropped,
             checkpoints_orphaned=self.checkpoints_orphaned,
             scratch_free=_free_slots(self._scratch),
+            last_forward=self._last_forward,
+            boundary_forwards=self._boundary_forward_pairs(),
+            scratch_forwards=self._scratch_forward_pairs(),
+            restore_owners=self._restore_owner_pairs(),
         )
+
+    def _boundary_forward_pairs(self) -> tuple[tuple[int, int], ...]:
+        forwards = self._boundary_forwards
+        if not forwards:
+            return ()
+        return tuple((key[0], forwards[key]) for key in self._pending if key in forwards)
+
+    def _scratch_forward_pairs(self) -> tuple[tuple[int, int], ...]:
+        forwards = self._scratch_forwards
+        if not forwards:
+            return ()
+        return tuple((slot, forwards[slot]) for slot in self._scratch_queued if slot in forwards)
+
+    def _check_overlap(self) -> list[str]:
+        """``self_check``'s part for the overlap indexes (SPEC D.13, G12, G15)."""
+        out: list[str] = []
+        if not self._boundary_forwards.keys() <= self._pending.keys():
+            out.append("a boundary forward names no pending boundary")
+        if not self._scratch_forwards.keys() <= self._scratch_queued.keys():
+            out.append("a scratch forward names no queued scratch store")
+        last = self._last_forward
+        if last is not None and not (is_int(last) and last >= 0):
+            out.append(f"the last forward is {last!r}, not an int >= 0")
+        owners, of_slot = self._restore_owners, self._restore_owner_of_slot
+        for slot, sid in of_slot.items():
+            owner = owners.get(sid)
+            if owner is None or owner[0] != slot:
+                out.append(f"the restore owner of slot {slot} is not a remembered restore")
+        for sid, owner in owners.items():
+            if sid != id(owner[2]):
+                out.append(f"a restore owner is filed under {sid}, not its sequence's id")
+            if self._owner_valid(owner) and of_slot.get(owner[0]) != sid:
+                out.append(f"the valid restore owner of slot {owner[0]} is not indexed")
+        issued = self._scratch_issued.keys()
+        if issued & self._scratch_queued.keys() or issued & self._scratch_reserved.keys():
+            out.append("a scratch slot is issued and queued or reserved")
+        return out
+
+    # -- overlapped scheduling (SPEC D.13, G17) -------------------------------------------
+
+    @property
+    def last_forward(self) -> int | None:
+        """The forward id of the latest drain (None before the first), SPEC D.13. O(1)."""
+        return self._last_forward
+
+    @property
+    def next_forward(self) -> int:
+        """The forward id a drain without ``forward=`` takes: ``last_forward + 1``, or 0
+        before the first drain (SPEC D.13). O(1)."""
+        last = self._last_forward
+        return 0 if last is None else last + 1
+
+    def settle_completions(self, wait: bool = False) -> int:
+        """See :meth:`PageUnitCheckpointStore.settle_completions` (SPEC B.3 row 24)."""
+        return self.store.settle_completions(wait)
+
+    def outstanding(self) -> dict[str, int]:
+        """What the store and coordinator still hold (SPEC D.13, G17), in O(1) without a
+        snapshot: the store's counts (:meth:`PageUnitCheckpointStore.outstanding`) plus
+        pending boundaries, transfer reservations and scratch slots reserved, queued and
+        issued. Counts, each an int >= 0."""
+        out = self.store.outstanding()
+        out["pending_boundaries"] = len(self._pending)
+        out["transfers"] = len(self._transfer_units)
+        out["scratch_reserved"] = len(self._scratch_reserved)
+        out["scratch_queued"] = len(self._scratch_queued)
+        out["scratch_issued"] = len(self._scratch_issued)
+        return out
+
+    def is_idle(self) -> bool:
+        """True when nothing is outstanding but completions (SPEC D.13, G17): an image
+        waiting for its completion token is not work the engine owes. O(1)."""
+        return not any(n for k, n in self.outstanding().items() if k != "completions")
 
 
 if TYPE_CHECKING:

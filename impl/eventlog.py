@@ -28,7 +28,8 @@ table rows it took, in order, as ``Table.label`` strings (through the store's
 ``on_transition`` hook, chained after any hook set before :func:`attach`), every reading of
 the store's clock the call made, every answer the call got from outside the store (the
 offload index's ``could_serve`` and ``stats``, the scratch slot pool's ``has_free``,
-``pop`` and ``release``), and a fingerprint of the state after the call (counters).
+``pop`` and ``release``, the completion tokens' ``query`` and ``synchronize``, each token
+named ``token#K`` in the order the engine passed them, SPEC D.13), and a fingerprint of the state after the call (counters).
 
 Memory: the log keeps no per-line state. Its only map is sequence object -> stable id
 (assigned in first-seen order): weak references for sequences that allow them (an entry
@@ -96,8 +97,9 @@ __all__ = [
     "NOT_LOGGED",
 ]
 
-#: Public coordinator methods that are not logged: pure reads of the whole state, or copies.
-NOT_LOGGED = frozenset({"snapshot", "clone", "self_check"})
+#: Public coordinator methods that are not logged: pure reads of the whole state (or of its
+#: counts, SPEC G17), or copies.
+NOT_LOGGED = frozenset({"snapshot", "clone", "self_check", "outstanding", "is_idle"})
 
 #: Key under which an attached coordinator holds its log (an instance attribute).
 _ATTR = "_pagedstate_eventlog"
@@ -263,6 +265,8 @@ class EventLog:
         #: by its place here, so that the replay can tell another pool from the attached
         #: one (``attach_midstep_scratch`` refuses another while slots are out).
         self._scratch_pools: list[Any] = []
+        #: Completion tokens seen so far: the next one is logged as ``token#<this>``.
+        self._tokens = 0
 
     def __enter__(self) -> EventLog:
         return self
@@ -460,6 +464,34 @@ class _Scratch(_External):
     _recorded = frozenset({"has_free", "pop", "release"})
 
 
+class _Token(_External):
+    """A completion token (SPEC D.13): the store keeps this wrapper, so every ``query()``
+    and ``synchronize()`` it makes later, inside whichever logged call, is recorded there
+    as ``token#K.query`` / ``token#K.synchronize`` with its answer."""
+
+    _recorded = frozenset({"query", "synchronize"})
+
+
+def _completion_arg(log: EventLog, value: Any) -> tuple[Any, Any]:
+    """``complete_previous_batch``'s completion as it is passed on and as it is logged:
+    ``None`` as itself; a token (callable ``query`` and ``synchronize``) wrapped in a
+    :class:`_Token` named ``token#K`` (K counts the tokens seen) and logged as ``{"ext":
+    "token#K"}``; anything else (the call refuses it) as an opaque value with its type name
+    and repr, so that the replay is refused with the same error."""
+    if value is None:
+        return None, None
+    if callable(getattr(value, "query", None)) and callable(getattr(value, "synchronize", None)):
+        name = f"token#{log._tokens}"
+        log._tokens += 1
+        return _Token(value, log, name), {"ext": name}
+    return value, {"object": type(value).__qualname__, "repr": safe_repr(value)}
+
+
+def _unwrap_tokens(store: Any) -> None:
+    """The store's outstanding tokens without the log's wrappers (detach, clone)."""
+    store._completions = [(_inner(token), cids) for token, cids in store._completions]
+
+
 def _inner(obj: Any) -> Any:
     return object.__getattribute__(obj, "_inner") if isinstance(obj, _External) else obj
 
@@ -592,6 +624,7 @@ def _uninstall(c: PagedStateCheckpointCoordinator, log: EventLog) -> None:
         store.clock = saved["clock"]
     c.offload = _inner(c.offload)
     c._scratch = _inner(c._scratch)
+    _unwrap_tokens(store)
     for name in (*COORDINATOR_CALLS, "clone"):
         c.__dict__.pop(name, None)
     for name in POOL_CALLS + POOL_KV_CALLS:
@@ -614,6 +647,7 @@ def _clone(log: EventLog, clone: Callable[[], Any]) -> Any:
         c.store.clock = c.store.clock.inner
     c.offload = _inner(c.offload)
     c._scratch = _inner(c._scratch)
+    _unwrap_tokens(c.store)
     return c
 
 
@@ -655,6 +689,7 @@ def _wrap(
     label = f"pool.{name}" if on_pool else name
     passthrough_nested = on_pool or name == "applies"
     drain = name == "take_checkpoint_ops"
+    completes = name == "complete_previous_batch"
     external, ext_param = _EXTERNAL_ARGS.get(name, (None, ""))
     frames = log._frames
     pool = c.store.pool if on_pool else None
@@ -694,6 +729,14 @@ def _wrap(
                 enc_args[0] = _external_arg(log, external, args[0])
             elif ext_param in kwargs:
                 enc_kwargs[ext_param] = _external_arg(log, external, kwargs[ext_param])
+        if completes and (args or "completion" in kwargs):
+            # The token is not data: the store keeps a wrapper that records its answers.
+            if args:
+                token, enc_args[0] = _completion_arg(log, args[0])
+                args = (token, *args[1:])
+            else:
+                token, enc_kwargs["completion"] = _completion_arg(log, kwargs["completion"])
+                kwargs = {**kwargs, "completion": token}
         seqs = [encode(s, seq_id) for s, _h in c._pending.values()] if drain else None
         frame = _Frame()
         frames.append(frame)

@@ -99,7 +99,7 @@ from pagedstate.spec.errors import (
 from pagedstate.spec.types import CHECKPOINT_OWNER, TRANSFER_OWNER
 
 from ._args import need_hashable, need_int
-from ._pool_base import EvictionCallback, _consume, _ids_list, _UndoRecord
+from ._pool_base import EvictionCallback, _consume, _ids_list, _outside, _UndoRecord
 from ._pool_checks import _Checks
 from ._pool_kv import _callback_error, _Deferral, _KVSide
 
@@ -246,10 +246,11 @@ class UnitPool(_KVSide, _Checks):
         return len(self._vacant) + len(self._cached) >= n
 
     def _need_unit(self, unit: int) -> None:
-        if type(unit) is not int or unit < 0:  # pragma: no mutate (need_int re-checks)
-            need_int("unit id", unit, 0)
-        if unit >= self.num_units:
-            raise InvalidArgumentError(f"unit {unit} is outside the pool of {self.num_units}")
+        """G16: a unit id is an int in ``[0, num_units)``; the error names the pool's range."""
+        if type(unit) is not int:  # pragma: no mutate (need_int re-checks)
+            need_int("unit id", unit)
+        if not 0 <= unit < self.num_units:
+            raise InvalidArgumentError(_outside(unit, self.num_units))
 
     def owner_of(self, unit: int) -> tuple[Hashable, int] | None:
         """``(owner, piece)`` of a reserved unit, ``None`` for a free one. O(1).
@@ -364,7 +365,7 @@ class UnitPool(_KVSide, _Checks):
             raise StoreOwnedUnitsError.for_owner(owner)
 
     def _validate_whole(self, unit_ids: Any, owner: Hashable) -> tuple[int, ...]:
-        ids = _ids_list(unit_ids)
+        ids = _ids_list(unit_ids, self.num_units)
         if owner is None:
             raise InvalidArgumentError("owner must not be None")
         self._need_owner("owner", owner)
@@ -404,10 +405,7 @@ class UnitPool(_KVSide, _Checks):
                 f"unit_ids must be an iterable of unit ids, got {unit_ids!r}"
             ) from exc
         for u in ids:
-            if type(u) is not int or u < 0:  # pragma: no mutate (need_int re-checks)
-                need_int("unit id", u, 0)
-            if u >= self.num_units:
-                raise InvalidArgumentError(f"unit {u} is outside the pool of {self.num_units}")
+            self._need_unit(u)
         self._dirty.difference_update(ids)
 
     def reserve_units(self, count: int, owner: Hashable) -> list[int] | None:
@@ -491,7 +489,8 @@ class UnitPool(_KVSide, _Checks):
         go vacant; units of a checkpoint or transfer owner become dirty (G10). O(k log n).
 
         Raises:
-            InvalidArgumentError: ``unit_ids`` is not a list/tuple of non-negative ints, or
+            InvalidArgumentError: ``unit_ids`` is not a list/tuple of non-negative ints, an
+                id is outside ``[0, num_units)`` (G16: the message names the range), or
                 ``owner`` is None or unhashable.
             DuplicateUnitError: an id repeats.
             StoreOwnedUnitsError: ``owner`` is a store owner and the store is not calling.
@@ -580,7 +579,7 @@ class UnitPool(_KVSide, _Checks):
 
         Raises:
             InvalidArgumentError: ``new_owner`` is None, unhashable or already holds units;
-                malformed ids.
+                malformed ids, or an id outside ``[0, num_units)`` (G16).
             StoreOwnedUnitsError: either owner is a store owner and the store is not calling.
             DuplicateUnitError, WrongOwnerError, PartialReleaseError: as ``release_units``.
         """

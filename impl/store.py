@@ -36,11 +36,16 @@ Indexes instead of walks (each kept exact by the differential tests in ``tests/`
   min-heap, so trimming the forfeit memory to its bound is O(log n) (G7).
 - **Change log**: a bounded deque; ``changed_since`` reads it backwards from the newest
   entry, so it costs the number of changes it reports.
+- **Completions** (SPEC D.13): the outstanding completion tokens in call order, each with
+  the checkpoint ids it published unsettled, and a ``settled`` flag per record, so the host
+  readers' test (``take_offload_stores``, ``acquire_checkpoint_source``) is O(1) per record
+  and a settle costs the outstanding tokens plus the records it settles.
 
 Bounds: the change log (``change_log_size``), the nomination backlog
 (``offload_backlog_cap``) and the exact forfeit memory (``forfeit_bound``, then a
 watermark) are bounded; every other structure is bounded by the live records, operations,
-restores and leases.
+restores and leases (an outstanding completion lists at least one record it published, and
+is kept until its token reports done).
 
 Hooks: ``row_sink`` (a set of ``(machine, row index)``, as the reference's) records every
 row taken; ``on_transition(machine, row, subject)`` is called after each applied row
@@ -51,7 +56,8 @@ for ``restore``; the lease id for ``lease``.
 Modules: this one holds the class with its constructor, the queries, the record machine
 (the effects of every record row), the stores and the index changes; its topic mixins hold
 the restores (:mod:`._store_restores`), the CPU tier, transfer leases and adoption
-(:mod:`._store_offload`), and ``clone``, ``snapshot`` and ``self_check``
+(:mod:`._store_offload`), the completion with its tokens, the settle and ``outstanding``
+(:mod:`._store_completions`), and ``clone``, ``snapshot`` and ``self_check``
 (:mod:`._store_views`). The record entries and the mixins' typed base are in
 :mod:`._store_base`.
 """
@@ -71,6 +77,7 @@ from pagedstate.spec.guards import (
     forfeit_untrusted,
     index_guard,
     is_evictable,
+    record_step,
     store_guard,
     units_available,
     unpin_guard,
@@ -86,9 +93,10 @@ from pagedstate.spec.types import (
 )
 
 from ._args import need_int
-from ._store_base import RowSink, TransitionHook, _OffloadPin, _Record
+from ._store_base import RowSink, TransitionHook, _Completion, _OffloadPin, _Record
 from ._store_base import _as_store as _as_store
 from ._store_base import _deferring as _deferring
+from ._store_completions import _Completions
 from ._store_offload import _Offload
 from ._store_restores import _Restores
 from ._store_views import _Views
@@ -125,11 +133,9 @@ _CID_MASK = (1 << _CID_BITS) - 1
 #: Rows whose key is constant, looked up once in their table (which still decides them:
 #: a missing row fails here, at import).
 _BEGIN_STORE = T.RECORD.step(T.ABSENT, "begin_store")
-_PUBLISH = T.RECORD.step(T.COPYING, "publish")
-_DEDUP = T.RECORD.step(T.COPYING, "dedup")
 
 
-class PageUnitCheckpointStore(_Restores, _Offload, _Views):
+class PageUnitCheckpointStore(_Restores, _Offload, _Completions, _Views):
     """Production checkpoint store (SPEC B.1-B.4 with section G).
 
     Args:
@@ -222,6 +228,9 @@ class PageUnitCheckpointStore(_Restores, _Offload, _Views):
         self._forfeit_heap: list[tuple[int, StateStoreOperationId]] = []
         self._forfeit_bound = forfeit_bound
         self._forfeit_watermark = 0
+        # Outstanding completions (SPEC D.13): (token, checkpoint ids it published
+        # unsettled), in the order the completions were called.
+        self._completions: list[_Completion] = []
 
     # -- reading --------------------------------------------------------------------------
 
@@ -428,14 +437,14 @@ class PageUnitCheckpointStore(_Restores, _Offload, _Views):
 
     def _pin(self, cid: int, kind: str) -> None:
         """Take a pin of ``kind`` (restore, offload, lease) through the record table; only a
-        READY record has pin rows (G11), so pinning anything else raises with nothing
-        changed. O(1).
+        READY record has pin rows (G11), and a host reader's pin (offload, lease) only a
+        settled one (D.13), so pinning anything else raises with nothing changed. O(1).
 
         Raises:
-            IllegalTransitionError: the record is not READY.
+            IllegalTransitionError: the record is not READY, or not settled for a host pin.
         """
         rec = self.records[cid]
-        row = T.RECORD.step(rec.phase, f"pin_{kind}")
+        row = record_step(rec.phase, f"pin_{kind}", rec.pin_count, rec.settled)
         self._apply(cid, rec, row)
 
     def _unpin(self, cid: int, kind: str) -> None:
@@ -548,7 +557,7 @@ class PageUnitCheckpointStore(_Restores, _Offload, _Views):
                 return None
             unit_ids = tuple(units)
             # equivalent mutants: the row sets the phase
-            rec = _Record(prefix_hash, unit_ids, _ABSENT)  # pragma: no mutate
+            rec = _Record(prefix_hash, unit_ids, _ABSENT, settled=False)  # pragma: no mutate
             self.records[cid] = rec
             self._apply(cid, rec, _BEGIN_STORE)
             self._inflight_stores.append(cid)
@@ -577,52 +586,11 @@ class PageUnitCheckpointStore(_Restores, _Offload, _Views):
                 return None
             unit_ids = tuple(units)
             # equivalent mutants: the row sets the phase
-            rec = _Record(prefix_hash, unit_ids, _ABSENT)  # pragma: no mutate
+            rec = _Record(prefix_hash, unit_ids, _ABSENT, settled=False)  # pragma: no mutate
             self.records[cid] = rec
             self._apply(cid, rec, _BEGIN_STORE)
             self._inflight_stores.append(cid)
         return unit_ids
-
-    def complete_inflight(self) -> None:
-        """The batch that carried the last drain's ops has been issued: publish its stores
-        (COPYING -> READY, or release EVICTING and duplicates) and release its restore pins
-        (SPEC B.3 rows 2, 3). O(stores + restores of that batch) (+ log n per publish).
-
-        Raises:
-            IllegalTransitionError: an EVICTING store still holds a pin (G11; unreachable
-                through the public API).
-        """
-        inflight, self._inflight_stores = self._inflight_stores, []
-        records = self.records
-        index = self.hash_to_checkpoint
-        for cid in inflight:
-            rec = records.get(cid)
-            if rec is None:
-                # equivalent mutants: unreachable: an in-flight store is COPYING or EVICTING
-                continue  # pragma: no mutate
-            phase = rec.phase
-            if phase == _COPYING:
-                # lookup(rec.prefix_hash) >= 0, inline: a READY record of the hash exists
-                other = index.get(rec.prefix_hash)
-                if other is not None:
-                    found = records.get(other)
-                    if found is not None and found.phase == _READY:
-                        self._apply(cid, rec, _DEDUP)
-                        continue
-                self._apply(cid, rec, _PUBLISH)
-                if self._offload_sink:
-                    self._queue_offload_store(cid)
-            elif phase == _EVICTING:
-                guard = store_guard(rec.pin_count)
-                self._apply(cid, rec, T.RECORD.step(_EVICTING, "publish", guard))
-        restores, self._inflight_restores = self._inflight_restores, []
-        if restores:
-            self._inflight_slots = set()
-            row = T.RESTORE.step(T.IN_FLIGHT, "complete")
-            for cid, op in restores:
-                if self.row_sink is not None or self.on_transition is not None:
-                    self._took(T.RESTORE, row, (cid, op.dst_slot))
-                self._unpin(cid, "restore")
 
     # -- index changes --------------------------------------------------------------------
 
@@ -647,6 +615,8 @@ class PageUnitCheckpointStore(_Restores, _Offload, _Views):
         if rec is None:
             return False  # pragma: no mutate (unreachable: the index names live records)
         guard = index_guard(rec.phase, rec.pin_count)
+        # a COPYING record that becomes EVICTING stays unsettled: its copy has not run, and
+        # it is released when its batch completes (C.26)
         self._apply(cid, rec, T.RECORD.step(rec.phase, "unindex", guard))
         return True
 

@@ -19,6 +19,8 @@ __all__ = [
     "BadSpecError",
     "InvalidArgumentError",
     "DuplicateUnitError",
+    "BoundaryRangeError",
+    "StaleBoundaryError",
     "WrongOwnerError",
     "StoreOwnedUnitsError",
     "PartialReleaseError",
@@ -60,6 +62,19 @@ class BadSpecError(PagedStateError, ValueError):
 class InvalidArgumentError(PagedStateError, ValueError):
     """An argument is outside its domain (a negative count, a ``None`` owner,
     a non-int hash or slot). The message names the argument and what it must be."""
+
+
+class BoundaryRangeError(InvalidArgumentError):
+    """A boundary names no computed state: ``boundary_blocks`` is 0, or beyond the blocks
+    the request has computed once its forward has run (SPEC D.1 step 5, G13). Nothing was
+    filed."""
+
+
+class StaleBoundaryError(InvalidArgumentError):
+    """A boundary names a forward whose slot has since been handed to a later forward
+    (SPEC D.13): storing it would copy the later forward's state under this prefix's hash.
+    File a boundary before the drain of the forward after the one that computes it (at
+    scheduling time under overlapped scheduling). Nothing was filed."""
 
 
 class DuplicateUnitError(InvalidArgumentError):
@@ -185,7 +200,10 @@ class SourcePinLostError(PagedStateError, AssertionError):
 class SlotBusyError(PagedStateError, AssertionError):
     """A second restore into a destination slot that already has a queued,
     in-flight or suspended restore (SPEC G4): two gathers into one slot in one
-    launch race. Cancel or complete the first one before queueing another."""
+    launch race. Cancel or complete the first one before queueing another.
+    Also a restore into a slot lent as midstep scratch (reserved, queued or issued),
+    and scratch lent over a slot with a restore (SPEC G12): a slot is one buffer
+    whoever lends it."""
 
 
 class AmbiguousSuspendError(PagedStateError, AssertionError):

@@ -26,7 +26,7 @@ computation exists twice, on purpose, and each store calls its own:
   (diffbehavior builds arguments from the signature and ignores ``pre:`` lines), so a
   difference is a bug in the code the production store runs, or in the reference.
 
-Sources: SPEC B.3 rows 3-22 (guards), G7 (forfeit watermark), G11 (pins only on READY;
+Sources: SPEC B.3 rows 3-22 (guards), D.13 (host readers need a settled image), G7 (forfeit watermark), G11 (pins only on READY;
 units released only with no pin left).
 """
 
@@ -43,6 +43,7 @@ __all__ = [
     "store_guard",
     "index_guard",
     "unpin_guard",
+    "settle_guard",
     "record_guard",
     "guard_holds",
     "guard_by_table",
@@ -60,14 +61,17 @@ __all__ = [
 UNDERFLOW_MESSAGE = "pin underflow: no pin left to release"
 
 #: Every guard outcome a record row can carry.
-GUARD_LABELS = frozenset({NO_GUARD, "pinned", "unpinned", "last", "more"})
+GUARD_LABELS = frozenset({NO_GUARD, "pinned", "unpinned", "last", "more", "settled", "unsettled"})
 
 _UNPIN_EVENTS = frozenset({"unpin_restore", "unpin_offload", "unpin_lease"})
+#: The pins of host and other-stream readers: they need a settled image (SPEC D.13).
+_HOST_PIN_EVENTS = frozenset({"pin_offload", "pin_lease"})
 
 #: The legend's guard families (tables.py): the labels of one family are exclusive, and
 #: together they cover every pin count the family's rows are read at ("unpinned"/"pinned":
-#: any count; "last"/"more": one pin or more).
-_LEGEND = (("unpinned", "pinned"), ("last", "more"))
+#: any count; "last"/"more": one pin or more; "settled"/"unsettled": the record's settled
+#: flag, any count).
+_LEGEND = (("unpinned", "pinned"), ("last", "more"), ("settled", "unsettled"))
 
 
 # ---------------------------------------------------------------------------------------
@@ -123,12 +127,23 @@ def unpin_guard(phase: str, pin_count: int) -> str:
     return "last" if pin_count == 1 else "more"
 
 
-def record_guard(phase: str, event: str, pin_count: int) -> str:
-    """The guard outcome of ``event`` on a record in ``phase`` holding ``pin_count`` pins:
-    the label :meth:`Table.step` is called with. Whether a row exists for it is the table's
-    business: ``("READY", "evict", "pinned")`` has none, so such a step raises. The
-    production store computes every guarded record step through this function (by
-    :func:`record_step`): evict, EVICTING publish, unindex, clear and the three unpins.
+def settle_guard(settled: bool) -> str:
+    """``"settled"`` or ``"unsettled"``: the guard of a host reader's pin (an offload store
+    or a lease, SPEC B.3 rows 15-17, D.13). Only ``"settled"`` has a row.
+
+    post: _ in ("settled", "unsettled")
+    post: (_ == "settled") == bool(settled)
+    """
+    return "settled" if settled else "unsettled"
+
+
+def record_guard(phase: str, event: str, pin_count: int, settled: bool = True) -> str:
+    """The guard outcome of ``event`` on a record in ``phase`` holding ``pin_count`` pins
+    (and ``settled`` or not, SPEC D.13): the label :meth:`Table.step` is called with.
+    Whether a row exists for it is the table's business: ``("READY", "evict", "pinned")``
+    has none, so such a step raises. The production store computes every guarded record
+    step through this function (by :func:`record_step`): evict, EVICTING publish, unindex,
+    clear, the three unpins and the two host pins.
 
     Raises PinUnderflowError on an unpin event with no pin left (``pin_count <= 0``).
 
@@ -141,6 +156,8 @@ def record_guard(phase: str, event: str, pin_count: int) -> str:
     """
     if event in _UNPIN_EVENTS:
         return unpin_guard(phase, pin_count)
+    if event in _HOST_PIN_EVENTS:
+        return settle_guard(settled)
     if event == "evict" or (event == "publish" and phase == EVICTING):
         return store_guard(pin_count)
     if event in ("unindex", "clear"):
@@ -148,11 +165,15 @@ def record_guard(phase: str, event: str, pin_count: int) -> str:
     return NO_GUARD
 
 
-def guard_holds(guard: str, pin_count: int) -> bool:
+def guard_holds(guard: str, pin_count: int, settled: bool = True) -> bool:
     """Whether a row's guard label holds for a record holding ``pin_count`` pins *before*
-    the event, read literally off the table's legend."""
+    the event (and ``settled`` or not), read literally off the table's legend."""
     if guard == NO_GUARD:
         return True
+    if guard == "settled":
+        return bool(settled)
+    if guard == "unsettled":
+        return not settled
     if guard == "pinned":
         return pin_count > 0
     if guard == "unpinned":
@@ -164,7 +185,7 @@ def guard_holds(guard: str, pin_count: int) -> bool:
     return False
 
 
-def guard_by_table(phase: str, event: str, pin_count: int) -> str:
+def guard_by_table(phase: str, event: str, pin_count: int, settled: bool = True) -> str:
     """Reference formulation of :func:`record_guard`, the one the reference model calls:
     scan the RECORD table for the rows of ``(phase, event)`` and return the guard of the
     first whose label holds (:func:`guard_holds`). When none holds, the step is illegal and
@@ -176,26 +197,26 @@ def guard_by_table(phase: str, event: str, pin_count: int) -> str:
     used: str | None = None
     for row in RECORD.rows:
         if row.phase == phase and row.event == event:
-            if guard_holds(row.guard, pin_count):
+            if guard_holds(row.guard, pin_count, settled):
                 return row.guard
             used = row.guard
     for family in _LEGEND:
         if used in family:
             for label in family:
-                if guard_holds(label, pin_count):
+                if guard_holds(label, pin_count, settled):
                     return label
     return NO_GUARD
 
 
-def record_step(phase: str, event: str, pin_count: int) -> Row:
-    """The RECORD row a record in ``phase`` with ``pin_count`` pins takes on ``event``: how
-    the production store takes every guarded record row.
+def record_step(phase: str, event: str, pin_count: int, settled: bool = True) -> Row:
+    """The RECORD row a record in ``phase`` with ``pin_count`` pins (``settled`` or not)
+    takes on ``event``: how the production store takes every guarded record row.
 
     Raises IllegalTransitionError when the table has no row for the computed guard, and
     PinUnderflowError on an unpin with no pin left. The lifecycle's safety rules over the
     real table are the contracts of :func:`check_record_step`.
     """
-    return RECORD.step(phase, event, record_guard(phase, event, pin_count))
+    return RECORD.step(phase, event, record_guard(phase, event, pin_count, settled))
 
 
 def is_evictable(phase: str, pin_count: int, is_protected: bool = False) -> bool:
@@ -320,10 +341,12 @@ def _nth(items: tuple[str, ...], index: int) -> str:
     raise IndexError(index)
 
 
-def _table_choice(phase_index: int, event_index: int, pin_count: int) -> str | None:
+def _table_choice(
+    phase_index: int, event_index: int, pin_count: int, settled: bool = True
+) -> str | None:
     """The guard of the row the reference's reading takes; ``None`` when none applies."""
     phase, event = _nth(RECORD.phases, phase_index), _nth(RECORD.events, event_index)
-    guard = guard_by_table(phase, event, pin_count)
+    guard = guard_by_table(phase, event, pin_count, settled)
     return guard if RECORD.has(phase, event, guard) else None
 
 
@@ -331,14 +354,17 @@ def _guard_of(row: Row | None) -> str | None:
     return None if row is None else row.guard
 
 
-def check_record_step(phase_index: int, event_index: int, pin_count: int) -> Row | None:
+def check_record_step(
+    phase_index: int, event_index: int, pin_count: int, settled: bool = True
+) -> Row | None:
     """:func:`record_step` (the production store's) on ``RECORD.phases[phase_index]``,
     ``RECORD.events[event_index]``; ``None`` where it raises IllegalTransitionError (no row
     for the computed guard).
 
     The contracts: the computed guard picks exactly the row the reference's reading of the
     table (:func:`guard_by_table`) picks, or none when that has none; pins never go
-    negative; pins are taken only on READY records (G11); units are released only when no
+    negative; pins are taken only on READY records (G11); a host reader's pin only on a
+    settled one (D.13); units are released only when no
     pin is left (G11, C.11); a record holding a pin stays READY or EVICTING. The domain is
     the reachable one: only READY and EVICTING records hold pins (SPEC C).
 
@@ -347,7 +373,8 @@ def check_record_step(phase_index: int, event_index: int, pin_count: int) -> Row
     pre: pin_count >= 0
     pre: pin_count == 0 or RECORD.phases[phase_index] in ("READY", "EVICTING")
     raises: PinUnderflowError
-    post: _guard_of(_) == _table_choice(phase_index, event_index, pin_count)
+    post: _guard_of(_) == _table_choice(phase_index, event_index, pin_count, settled)
+    post: _ is None or _.event not in ("pin_offload", "pin_lease") or settled
     post: _ is None or _.key[:2] == (RECORD.phases[phase_index], RECORD.events[event_index])
     post: _ is None or _.next in RECORD.phases
     post: _ is None or pin_count + _.pin_delta >= 0
@@ -357,7 +384,7 @@ def check_record_step(phase_index: int, event_index: int, pin_count: int) -> Row
     """
     try:
         phase, event = _nth(RECORD.phases, phase_index), _nth(RECORD.events, event_index)
-        return record_step(phase, event, pin_count)
+        return record_step(phase, event, pin_count, settled)
     except IllegalTransitionError:
         return None
 
@@ -409,24 +436,28 @@ def _guard_domain(phase_index: int, event_index: int, pin_count: int) -> bool:
     )
 
 
-def diff_guard_by_table(phase_index: int, event_index: int, pin_count: int) -> str | None:
+def diff_guard_by_table(
+    phase_index: int, event_index: int, pin_count: int, settled: bool
+) -> str | None:
     """Guard pair, reference side: the guard :func:`guard_by_table` reads when the table
     has that row; ``None`` when it has not (the step raises). An unpin with no pin left is
     outside the domain: both stores refuse it before any guard is read."""
     if not _guard_domain(phase_index, event_index, pin_count):
         return None
     phase, event = RECORD.phases[phase_index], RECORD.events[event_index]
-    guard = guard_by_table(phase, event, pin_count)
+    guard = guard_by_table(phase, event, pin_count, settled)
     return guard if RECORD.has(phase, event, guard) else None
 
 
-def diff_guard_computed(phase_index: int, event_index: int, pin_count: int) -> str | None:
+def diff_guard_computed(
+    phase_index: int, event_index: int, pin_count: int, settled: bool
+) -> str | None:
     """Guard pair, production side: :func:`record_guard` (what :func:`record_step` steps
     with) when the table has that row; ``None`` when it has not."""
     if not _guard_domain(phase_index, event_index, pin_count):
         return None
     phase, event = RECORD.phases[phase_index], RECORD.events[event_index]
-    guard = record_guard(phase, event, pin_count)
+    guard = record_guard(phase, event, pin_count, settled)
     return guard if RECORD.has(phase, event, guard) else None
 
 

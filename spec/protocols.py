@@ -17,6 +17,7 @@ from .snapshot import Snapshot
 from .types import (
     CheckpointRestoreOp,
     CheckpointStoreOp,
+    CompletionToken,
     OffloadIndex,
     ScratchSlotPool,
     SequenceLike,
@@ -32,6 +33,8 @@ __all__ = [
     "need_pool",
     "need_coordinator_args",
     "need_scratch_pool",
+    "need_completion",
+    "need_forward",
 ]
 
 
@@ -85,7 +88,7 @@ class CheckpointStoreProtocol(Protocol):
 
     def begin_store(self, prefix_hash: int, src_slot: int) -> CheckpointStoreOp | None: ...
 
-    def complete_inflight(self) -> None: ...
+    def complete_inflight(self, completion: CompletionToken | None = None) -> None: ...
 
     def begin_restore(self, prefix_hash: int, dst_slot: int) -> CheckpointRestoreOp | None: ...
 
@@ -126,6 +129,10 @@ class CheckpointStoreProtocol(Protocol):
     def reclaim_stale_offload_pins(self, timeout_s: float) -> int: ...
 
     def was_reclaimed(self, op: StateStoreOperationId) -> bool: ...
+
+    def settle_completions(self, wait: bool = False) -> int: ...
+
+    def outstanding(self) -> dict[str, int]: ...
 
     def snapshot(self) -> Snapshot: ...
 
@@ -196,7 +203,11 @@ class CoordinatorProtocol(Protocol):
     ) -> list[tuple[int, int, int]]: ...
 
     def publish_midstep(
-        self, reservations: list[tuple[int, int, int]], seq: Any = None
+        self,
+        reservations: list[tuple[int, int, int]],
+        seq: Any = None,
+        *,
+        forward: int | None = None,
     ) -> None: ...
 
     def cancel_midstep(self, reservations: list[tuple[int, int, int]]) -> None: ...
@@ -209,19 +220,43 @@ class CoordinatorProtocol(Protocol):
         assume_checkpointed: bool = False,
     ) -> int: ...
 
-    def checkpoint(self, seq: SequenceLike, boundary_blocks: int, h: int) -> None: ...
+    def checkpoint(
+        self,
+        seq: SequenceLike,
+        boundary_blocks: int,
+        h: int,
+        *,
+        forward: int | None = None,
+        computed_blocks: int | None = None,
+    ) -> None: ...
 
     def forget_pending(self, seq: SequenceLike) -> None: ...
 
     def restore_queued_for(self, dst_slot: int) -> bool: ...
 
-    def begin_restore(self, h: int, dst_slot: int) -> bool: ...
+    def begin_restore(self, h: int, dst_slot: int, *, seq: SequenceLike | None = None) -> bool: ...
 
     def take_checkpoint_ops(
-        self,
+        self, *, forward: int | None = None
     ) -> tuple[tuple[CheckpointStoreOp, ...], tuple[CheckpointRestoreOp, ...]]: ...
 
-    def complete_previous_batch(self) -> None: ...
+    def complete_previous_batch(self, completion: CompletionToken | None = None) -> None: ...
+
+    @property
+    def last_forward(self) -> int | None:
+        """The forward id of the latest drain (None before the first), SPEC D.13."""
+        ...
+
+    @property
+    def next_forward(self) -> int:
+        """The forward id a drain without ``forward=`` takes: ``last_forward + 1``, or 0."""
+        ...
+
+    def settle_completions(self, wait: bool = False) -> int: ...
+
+    def outstanding(self) -> dict[str, int]: ...
+
+    def is_idle(self) -> bool: ...
 
     def has_available_units(self, count: int, protected_hash: int | None = None) -> bool: ...
 
@@ -345,3 +380,43 @@ def need_coordinator_args(enabled: object, offload: object, readable_midstep: ob
         raise InvalidArgumentError(
             f"offload must be None or have could_serve(prefix_hash) (OffloadIndex), got {offload!r}"
         )
+
+
+def need_completion(completion: object) -> None:
+    """Check a completion token argument (SPEC D.13): ``None`` or a
+    :class:`~pagedstate.spec.types.CompletionToken` (callable ``query`` and
+    ``synchronize``). Both stores call it before anything changes.
+
+    Raises:
+        InvalidArgumentError: ``completion`` is neither.
+    """
+    if completion is not None and not (
+        callable(getattr(completion, "query", None))
+        and callable(getattr(completion, "synchronize", None))
+    ):
+        raise InvalidArgumentError(
+            "completion must be None or have query() and synchronize() (a CUDA event, or"
+            f" pagedstate.spec.ManualCompletion), got {completion!r}"
+        )
+
+
+def need_forward(name: str, forward: object) -> int | None:
+    """Check a forward id argument (SPEC D.13): ``None`` or an int >= 0 (not a bool; an
+    int subclass such as a NumPy integer is converted). Returns it as a plain int.
+
+    Raises:
+        InvalidArgumentError: ``forward`` is neither.
+    """
+    if forward is None:
+        return None
+    if isinstance(forward, bool) or not isinstance(forward, int) or forward < 0:
+        try:
+            import operator
+
+            value = operator.index(forward)  # type: ignore[arg-type]
+        except TypeError:
+            value = -1
+        if isinstance(forward, bool) or value < 0:
+            raise InvalidArgumentError(f"{name} must be None or an int >= 0, got {forward!r}")
+        return value
+    return int(forward)

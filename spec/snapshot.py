@@ -8,7 +8,7 @@ every check calls :func:`check_invariants` (state predicates) and
 Each invariant is a named function returning a list of problem strings (empty
 when it holds), so a report can say which one broke and why.
 
-Where each of SPEC section C's 24 invariants is checked:
+Where each of SPEC section C's 28 invariants is checked:
 
 ==== =====================================================================================
 C1   :func:`unit_conservation`
@@ -41,6 +41,10 @@ C21  :func:`scratch_disjoint`; scratch slots come from their own pool, disjoint 
 C22  per drain, not per state: scenario tests of the scratch budget
 C23  :func:`fixed_size` for records; op fields are built from the spec (scenario tests)
 C24  :class:`~pagedstate.spec.types.PagedStateCheckpointSpec` validation (construction)
+C25  :func:`slot_lenders_exclusive`
+C26  :func:`settled_accounting`
+C27  :func:`host_readers_settled`
+C28  :func:`forwards_known`
 ==== =====================================================================================
 
 Section G adds :func:`one_restore_per_slot` (G4), :func:`leases_unique` (G3),
@@ -73,12 +77,16 @@ __all__ = [
 
 @attrs.frozen
 class RecordView:
-    """A record as a snapshot shows it. ``phase`` is one of the record table's phases."""
+    """A record as a snapshot shows it. ``phase`` is one of the record table's phases;
+    ``settled`` whether the copy that made its image is known done (SPEC D.13): false while
+    COPYING and while its batch's completion token has not reported done, true for an
+    image published without a token or adopted from a transfer."""
 
     prefix_hash: int
     unit_ids: tuple[int, ...]
     phase: str
     pin_count: int
+    settled: bool = True
 
 
 @attrs.frozen
@@ -116,6 +124,13 @@ class Snapshot:
     order, ``transfers`` by owner, scratch queues, the fate counters, and ``scratch_free``,
     the scratch slot pool's free slots (``None`` when no pool is attached or it does not
     tell, i.e. has no ``free_slots``).
+    Overlapped scheduling (SPEC D.13): ``completions`` lists, per completion token not yet
+    seen done (in the order the completions were called), the checkpoint ids it published;
+    ``last_forward`` is the forward id of the latest drain (``None`` before the first);
+    ``boundary_forwards`` gives ``(seq_key, forward)`` for each pending boundary filed with
+    a forward, and ``scratch_forwards`` ``(slot, forward)`` for each queued scratch store
+    published with one, both in filing order; ``restore_owners`` gives ``(seq_key,
+    dst_slot)`` for each queued restore begun on behalf of a sequence, in filing order.
 
     The fields after ``checkpoints_orphaned`` have defaults so that a store written before
     they existed still builds a snapshot; both stores of this project fill every field.
@@ -159,6 +174,11 @@ class Snapshot:
     changes: tuple[tuple[int, int | None], ...] = ()
     next_lease_id: int = 0
     scratch_free: frozenset[int] | None = None
+    completions: tuple[tuple[int, ...], ...] = ()
+    last_forward: int | None = None
+    boundary_forwards: tuple[tuple[Hashable, int], ...] = ()
+    scratch_forwards: tuple[tuple[int, int], ...] = ()
+    restore_owners: tuple[tuple[Hashable, int], ...] = ()
 
     def ready_pairs(self) -> frozenset[tuple[int, int]]:
         """``{(prefix_hash, cid)}`` of READY records: the set the change log tracks."""
@@ -475,6 +495,80 @@ def scratch_disjoint(s: Snapshot) -> list[str]:
     return out
 
 
+def slot_lenders_exclusive(s: Snapshot) -> list[str]:
+    """C25: a slot is one buffer whoever lends it: no slot is both a restore's destination
+    (queued, in flight or suspended) and a scratch slot held (reserved, queued or issued)."""
+    restored = {slot for _, slot in s.queued_restores}
+    restored |= {slot for _, slot in s.inflight_restores}
+    restored |= {slot for _, _, slot in s.suspended}
+    scratch = set(s.scratch_reserved) | {slot for _, slot in s.scratch_queued}
+    scratch |= set(s.scratch_issued)
+    both = restored & scratch
+    return [f"slots both restore destinations and lent as scratch: {sorted(both)}"] if both else []
+
+
+def settled_accounting(s: Snapshot) -> list[str]:
+    """C26: a record whose store is in flight (COPYING, or EVICTING since it was unindexed
+    or cleared in flight) is unsettled and listed by no completion; any other READY or
+    EVICTING record is unsettled exactly when an outstanding completion lists it; no record
+    is listed twice."""
+    out = []
+    listed = [cid for group in s.completions for cid in group]
+    counts = Counter(listed)
+    out += [f"checkpoint {c} is listed by {n} completions" for c, n in counts.items() if n > 1]
+    inflight = set(s.inflight_stores)
+    for cid, r in s.records.items():
+        if r.phase == "COPYING" or (r.phase == "EVICTING" and cid in inflight):
+            if r.settled or cid in counts:
+                out.append(f"{r.phase} record {cid} in flight is settled or listed")
+        elif r.settled == (cid in counts):
+            state = "settled" if r.settled else "unsettled"
+            where = "listed" if cid in counts else "not listed"
+            out.append(f"{r.phase} record {cid} is {state} but {where} by a completion")
+    if any(not group for group in s.completions):
+        out.append("an outstanding completion lists no checkpoint")
+    return out
+
+
+def host_readers_settled(s: Snapshot) -> list[str]:
+    """C27: every offload store or lease operation reads a settled image (its copy known
+    done): a host or other-stream reader never reads an image whose copy may be running."""
+    out = []
+    for op, pin in s.offload_pins.items():
+        r = s.records.get(pin.checkpoint_id)
+        if r is not None and not r.settled:
+            out.append(f"operation {op} reads checkpoint {pin.checkpoint_id}, not settled")
+    return out
+
+
+def forwards_known(s: Snapshot) -> list[str]:
+    """C28: forward ids name pending boundaries and queued scratch stores that exist, and
+    a queued restore has at most one owner."""
+    out = []
+    pending = {k for k, _ in s.pending_boundaries}
+    out += [
+        f"a forward is filed for sequence {k!r}, which has no pending boundary"
+        for k, _ in s.boundary_forwards
+        if k not in pending
+    ]
+    queued = {slot for _, slot in s.scratch_queued}
+    out += [
+        f"a forward is filed for scratch slot {slot}, which has no queued store"
+        for slot, _ in s.scratch_forwards
+        if slot not in queued
+    ]
+    restore_slots = {slot for _, slot in s.queued_restores}
+    slots = [slot for _, slot in s.restore_owners]
+    out += [
+        f"an owner is filed for slot {slot}, which has no queued restore"
+        for slot in slots
+        if slot not in restore_slots
+    ]
+    counts = Counter(slots)
+    out += [f"slot {slot} has {n} restore owners" for slot, n in counts.items() if n > 1]
+    return out
+
+
 def counters_non_negative(s: Snapshot) -> list[str]:
     """Counters never go below zero."""
     names = (
@@ -509,6 +603,10 @@ INVARIANTS: Mapping[str, Invariant] = {
     "dirty_in_pool": dirty_in_pool,
     "coordinator_pending": coordinator_pending,
     "scratch_disjoint": scratch_disjoint,
+    "slot_lenders_exclusive": slot_lenders_exclusive,
+    "settled_accounting": settled_accounting,
+    "host_readers_settled": host_readers_settled,
+    "forwards_known": forwards_known,
     "counters_non_negative": counters_non_negative,
 }
 

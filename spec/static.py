@@ -7,7 +7,8 @@ pagedstate.spec.static`` runs them all and exits 1 on any problem.
 Checks: one row per key (determinism); every phase reachable from the initial one;
 no trap phases (a non-terminal phase with no exit); terminal phases have no exits;
 every declared event is used by some row; rows name only declared phases; effects
-use the known vocabulary; pin deltas are -1, 0 or +1.
+use the known vocabulary; pin deltas are -1, 0 or +1; a pin that a host or other-stream
+reader takes (offload, lease) exists only for a settled image (SPEC D.13).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ __all__ = [
     "check_terminal_exits",
     "check_events_used",
     "check_well_formed",
+    "check_host_pins_settled",
+    "HOST_PIN_EVENTS",
     "CHECKS",
     "check_table",
     "check_all",
@@ -140,8 +143,34 @@ def check_well_formed(t: Table) -> list[str]:
     return problems
 
 
+#: The record events by which a host or other-stream reader pins an image (SPEC D.13).
+HOST_PIN_EVENTS = frozenset({"pin_offload", "pin_lease"})
+
+
+def check_host_pins_settled(t: Table) -> list[str]:
+    """The record table's two READY meanings (SPEC D.13): every row by which a host or
+    other-stream reader pins an image carries the ``settled`` guard, so an image whose copy
+    may still be running has no such row; and a settle row exists for each phase a
+    published record can be in (READY, EVICTING). Other tables pass trivially."""
+    if t.machine != "record":
+        return []
+    problems = [
+        f"record row {i} ({r.phase}+{r.event}[{r.guard}]): a host reader's pin must be"
+        " guarded 'settled'"
+        for i, r in enumerate(t.rows)
+        if r.event in HOST_PIN_EVENTS and r.guard != "settled"
+    ]
+    settles = {r.phase for r in t.rows if r.event == "settle"}
+    problems += [
+        f"record: no settle row from {phase}" for phase in ("READY", "EVICTING")
+        if phase not in settles
+    ]
+    return problems
+
+
 CHECKS: tuple[Callable[[Table], list[str]], ...] = (
     check_well_formed,
+    check_host_pins_settled,
     check_deterministic,
     check_reachable,
     check_no_traps,

@@ -15,7 +15,7 @@ units (``reserve``, ``keep``, ``release``, ``rekey``) and to the hash index
 effects; the static checks in :mod:`pagedstate.spec.static` and the renderers in
 :mod:`pagedstate.spec.render` read the same rows.
 
-Sources: SPEC B.3 (record rows 1-23), B.4 (auxiliary machines), G3, G4, G5, G11.
+Sources: SPEC B.3 (record rows 1-24), B.4 (auxiliary machines), D.13, G3, G4, G5, G11.
 """
 
 from __future__ import annotations
@@ -168,7 +168,11 @@ def _table(
 # never-reclaimed source pin: O). Pins exist only on READY records (G11): there
 # are no pin rows from COPYING or EVICTING, so pinning them raises.
 # Guards: "pinned"/"unpinned" = pin_count > 0 / == 0 before the event;
-# for unpin, "last"/"more" = the pin count after the event is 0 / > 0.
+# for unpin, "last"/"more" = the pin count after the event is 0 / > 0;
+# for the host readers' pins (offload, lease), "settled"/"unsettled" = the copy that
+# made the image is known done (its completion token reported done, or it had none).
+# READY has two meanings (D.13): issued (same-stream readers: restores) and settled
+# (host and other-stream readers too); there is no row for an unsettled host pin.
 # ---------------------------------------------------------------------------
 ABSENT, COPYING, READY, EVICTING, RELEASED = "ABSENT", "COPYING", "READY", "EVICTING", "RELEASED"
 
@@ -225,8 +229,22 @@ _record_rows: list[Row] = [
         note="B.3 row 12: the only path counted as an eviction",
     ),
     Row(READY, "pin_restore", "-", READY, pin_delta=+1, note="B.3 row 4 (Q)"),
-    Row(READY, "pin_offload", "-", READY, pin_delta=+1, note="B.3 rows 15, 17 (O, reclaimable)"),
-    Row(READY, "pin_lease", "-", READY, pin_delta=+1, note="B.3 rows 16, 17 (O, lease)"),
+    Row(
+        READY,
+        "pin_offload",
+        "settled",
+        READY,
+        pin_delta=+1,
+        note="B.3 rows 15, 17 (O, reclaimable), D.13: a host reader needs a settled image",
+    ),
+    Row(
+        READY,
+        "pin_lease",
+        "settled",
+        READY,
+        pin_delta=+1,
+        note="B.3 rows 16, 17 (O, lease), D.13: a host reader needs a settled image",
+    ),
     Row(READY, "unpin_restore", "-", READY, pin_delta=-1, note="B.3 rows 3, 6, 9"),
     Row(READY, "unpin_offload", "-", READY, pin_delta=-1, note="B.3 rows 18, 19, 21"),
     Row(READY, "unpin_lease", "-", READY, pin_delta=-1, note="B.3 rows 18, 19"),
@@ -259,6 +277,20 @@ _record_rows: list[Row] = [
         pin_delta=-1,
         units="release",
         note="B.3 rows 18, 19",
+    ),
+    Row(
+        READY,
+        "settle",
+        "-",
+        READY,
+        note="B.3 row 24, D.13: its batch's completion token reported done",
+    ),
+    Row(
+        EVICTING,
+        "settle",
+        "-",
+        EVICTING,
+        note="B.3 row 24, D.13: settled while unfindable (its pins still hold it)",
     ),
 ]
 

@@ -26,6 +26,8 @@ __all__ = [
     "SequenceLike",
     "ScratchSlotPool",
     "OffloadIndex",
+    "CompletionToken",
+    "ManualCompletion",
     "CHECKPOINT_OWNER",
     "TRANSFER_OWNER",
 ]
@@ -281,6 +283,47 @@ class SequenceLike(Protocol):
 
     state_slot: int
     has_per_req_cache: bool
+
+
+@runtime_checkable
+class CompletionToken(Protocol):
+    """Says when a batch's copies are done (SPEC D.13): a CUDA event recorded on the copy
+    stream after the launch (``torch.cuda.Event``), or :class:`ManualCompletion` on a CPU.
+    ``query()`` must not block; ``synchronize()`` waits until ``query()`` would be true."""
+
+    def query(self) -> bool: ...
+
+    def synchronize(self) -> None: ...
+
+
+class ManualCompletion:
+    """A completion token a test or a CPU engine sets by hand (:class:`CompletionToken`).
+
+    ``query()`` is ``done``; ``set()`` marks it done; ``synchronize()`` marks it done too (on
+    a CPU the copy ran inside ``execute``, so waiting for it ends at once). ``queries``
+    counts the ``query()`` calls."""
+
+    __slots__ = ("done", "queries")
+
+    def __init__(self, done: bool = False) -> None:
+        self.done = bool(done)
+        self.queries = 0
+
+    def set(self) -> None:
+        """Mark the copies done."""
+        self.done = True
+
+    def query(self) -> bool:
+        """Whether the copies are done (never blocks)."""
+        self.queries += 1
+        return self.done
+
+    def synchronize(self) -> None:
+        """Wait for the copies: here, mark them done."""
+        self.done = True
+
+    def __repr__(self) -> str:
+        return f"ManualCompletion(done={self.done})"
 
 
 @runtime_checkable

@@ -57,6 +57,7 @@ COORDINATOR_CALLS: tuple[str, ...] = (
     "begin_restore",
     "take_checkpoint_ops",
     "complete_previous_batch",
+    "settle_completions",
     "has_available_units",
     "ensure_free_units",
     "reserve_transfer_units",

@@ -119,19 +119,21 @@ def test_record_guard_picks_the_row_the_table_picks() -> None:
     a row exactly when the reference's reading of the table does, and the same one; where
     the table has rows for (phase, event) but none applies, both name the same missing
     guard (so both stores raise the same IllegalTransitionError)."""
-    for phase, event, pins in itertools.product(PHASES, EVENTS, range(5)):
+    for phase, event, pins, settled in itertools.product(
+        PHASES, EVENTS, range(5), (False, True)
+    ):
         if event in UNPINS and pins == 0:
             with pytest.raises(PinUnderflowError):
-                record_guard(phase, event, pins)
+                record_guard(phase, event, pins, settled)
             continue
-        guard = record_guard(phase, event, pins)
-        by_table = guard_by_table(phase, event, pins)
+        guard = record_guard(phase, event, pins, settled)
+        by_table = guard_by_table(phase, event, pins, settled)
         assert guard in GUARD_LABELS and by_table in GUARD_LABELS
         chosen = guard if RECORD.has(phase, event, guard) else None
         read = by_table if RECORD.has(phase, event, by_table) else None
-        assert chosen == read, (phase, event, pins)
+        assert chosen == read, (phase, event, pins, settled)
         if any(r.key[:2] == (phase, event) for r in RECORD.rows):
-            assert guard == by_table, (phase, event, pins)
+            assert guard == by_table, (phase, event, pins, settled)
         else:
             assert by_table == NO_GUARD
 
@@ -145,22 +147,26 @@ def test_every_guarded_record_row_is_chosen_for_some_pin_count() -> None:
 
 def test_record_step_safety_rules_exhaustively() -> None:
     """The contracts of ``check_record_step``, over the whole finite part of its domain."""
-    for p, e, pins in itertools.product(range(len(PHASES)), range(len(EVENTS)), range(5)):
+    for p, e, pins, settled in itertools.product(
+        range(len(PHASES)), range(len(EVENTS)), range(5), (False, True)
+    ):
         if pins and PHASES[p] not in (READY, EVICTING):
             continue
         if EVENTS[e] in UNPINS and pins == 0:
             with pytest.raises(PinUnderflowError):
-                check_record_step(p, e, pins)
+                check_record_step(p, e, pins, settled)
             continue
-        row = check_record_step(p, e, pins)
-        read = guard_by_table(PHASES[p], EVENTS[e], pins)
+        row = check_record_step(p, e, pins, settled)
+        read = guard_by_table(PHASES[p], EVENTS[e], pins, settled)
         assert (None if row is None else row.guard) == (
             read if RECORD.has(PHASES[p], EVENTS[e], read) else None
         )
         if row is None:
             with pytest.raises(IllegalTransitionError):
-                record_step(PHASES[p], EVENTS[e], pins)
+                record_step(PHASES[p], EVENTS[e], pins, settled)
             continue
+        # D.13: a host reader's pin only on a settled image.
+        assert row.event not in ("pin_offload", "pin_lease") or settled
         after = pins + row.pin_delta
         assert row.key[:2] == (PHASES[p], EVENTS[e])
         assert after >= 0
@@ -230,8 +236,12 @@ def test_forfeit_untrusted() -> None:
 
 
 def test_guard_pair_agrees_on_its_domain() -> None:
-    for p, e, pins in itertools.product(range(-1, len(PHASES) + 1), range(-1, 12), range(-1, 4)):
-        assert diff_guard_by_table(p, e, pins) == diff_guard_computed(p, e, pins)
+    for p, e, pins, settled in itertools.product(
+        range(-1, len(PHASES) + 1), range(-1, len(EVENTS) + 1), range(-1, 4), (False, True)
+    ):
+        assert diff_guard_by_table(p, e, pins, settled) == diff_guard_computed(
+            p, e, pins, settled
+        )
 
 
 # ---------------------------------------------------------------------------------------

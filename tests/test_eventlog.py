@@ -48,6 +48,7 @@ from pagedstate.spec import (
     CheckpointRestoreOp,
     CheckpointStoreOp,
     InvalidArgumentError,
+    ManualCompletion,
     StateStoreOperationId,
     SuspendedCheckpointRestore,
 )
@@ -117,6 +118,8 @@ class Driver:
         self.res: list[tuple[int, int, int]] = []
         self.kv: dict[int, list[int]] = {}
         self.next_owner = 0
+        self.tokens: list[ManualCompletion] = []
+        self.orng = random.Random(self.units * 7 + upc)
 
     def call(self, target: str, name: str, *args: Any, **kwargs: Any) -> tuple[str, Any]:
         obj = self.c.pool if target == "p" else self.c
@@ -131,17 +134,40 @@ class Driver:
 
     def step(self) -> None:
         rng, h, s = self.rng, self.rng.choice(self.hashes), self.rng.choice(self.seqs)
+        orng = self.orng  # the overlap calls' own stream: the older calls' draws are unmoved
+        if self.tokens and orng.random() < 0.03:  # the device finishes a batch, late
+            self.tokens.pop(orng.randrange(len(self.tokens))).set()
         k = rng.randrange(44)
         if k == 0:
-            self.call("c", "take_checkpoint_ops")
+            if orng.random() < 0.3:  # an explicit forward id, sometimes skipping one
+                self.call("c", "take_checkpoint_ops", forward=self.c.next_forward + orng.randrange(2))
+            else:
+                self.call("c", "take_checkpoint_ops")
         elif k == 1:
-            self.call("c", "complete_previous_batch")
+            if orng.random() < 0.5:  # a completion token, reported done late and out of order
+                token = ManualCompletion(done=orng.random() < 0.3)
+                self.tokens.append(token)
+                self.call("c", "complete_previous_batch", token)
+            else:
+                self.call("c", "complete_previous_batch")
+            if orng.random() < 0.2:
+                self.call("c", "settle_completions", orng.random() < 0.2)
+            self.tokens = [t for t in self.tokens if not t.done][-4:]
         elif k in (2, 3):
-            self.call("c", "checkpoint", s, 1, h)
+            if orng.random() < 0.3:  # named forward: ahead, the one just drained, or stale
+                last = self.c.last_forward
+                fwd = orng.choice([self.c.next_forward, last if last is not None else 0,
+                                  max(0, (last or 0) - 1)])
+                self.call("c", "checkpoint", s, 1, h, forward=fwd)
+            else:
+                self.call("c", "checkpoint", s, 1, h)
         elif k == 4:
             self.call("c", "forget_pending", s)
         elif k in (5, 6):
-            self.call("c", "begin_restore", h, rng.randrange(6))
+            if self.orng.random() < 0.3:
+                self.call("c", "begin_restore", h, rng.randrange(6), seq=s)
+            else:
+                self.call("c", "begin_restore", h, rng.randrange(6))
         elif k == 7:
             queued = list(self.c.store._queued_restores)
             slot = rng.choice(queued) if queued and rng.random() < 0.8 else rng.randrange(6)
@@ -1098,7 +1124,10 @@ def test_row_reporting_order_differs_by_design() -> None:
     objs = parsed(buf.getvalue().splitlines())
     assert objs[4]["rows"] == ["record:READY+pin_restore->READY",
                                "restore:NONE+begin_restore->QUEUED"]
-    assert objs[5]["rows"] == ["record:READY+pin_lease->READY", "offload:NONE+acquire->PINNED"]
+    assert objs[5]["rows"] == [
+        "record:READY+pin_lease[settled]->READY",
+        "offload:NONE+acquire->PINNED",
+    ]
     assert CL.check_log(buf.getvalue().splitlines()).ok
 
 
@@ -1166,3 +1195,40 @@ def test_a_repeated_key_is_unreadable() -> None:
     lines[0] = header[:-1] + ', "enabled": false}'
     result = CL.check_log(lines)
     assert result.status == "unreadable" and result.line == 1, result.text()
+
+
+def test_a_completion_token_is_logged_by_name_and_its_answers_replay() -> None:
+    """SPEC D.13: the token is no data; the log names it ``token#K`` and records every
+    ``query()`` the store makes of it, on the line that makes it, so check-log's stand-in
+    answers the same: the lease refused before the token is done and granted after."""
+    buf = io.StringIO()
+    c = I.PagedStateCheckpointCoordinator(I.UnitPool(8), spec(10, 20), True)
+    log = EL.attach(c, EL.EventLog(buf))
+    s = Seq(0)
+    c.checkpoint(s, 1, 7)
+    c.take_checkpoint_ops()
+    token = ManualCompletion()
+    c.complete_previous_batch(token)
+    assert c.acquire_checkpoint_source(7) is None
+    token.set()
+    assert c.acquire_checkpoint_source(7) is not None
+    c.checkpoint(s, 1, 8)
+    c.take_checkpoint_ops()
+    pending = ManualCompletion()
+    c.complete_previous_batch(pending)
+    log.close()
+    # detached: the store keeps the engine's own token again, not the log's wrapper
+    assert [t for t, _ in c.store._completions] == [pending]
+    assert c.store._completions[0][0] is pending
+    objs = parsed(buf.getvalue().splitlines())
+    complete = next(o for o in objs if o.get("call") == "complete_previous_batch")
+    assert complete["args"] == [{"ext": "token#0"}]
+    acquires = [o for o in objs if o.get("call") == "acquire_checkpoint_source"]
+    assert [o["ext"] for o in acquires] == [
+        [["token#0.query", [], {"ok": False}]],
+        [["token#0.query", [], {"ok": True}]],
+    ]
+    assert CL.check_log([json.dumps(o) for o in objs]).ok
+    acquires[1]["ext"][0][2] = {"ok": False}  # the token's answer edited: the lease differs
+    result = CL.check_log([json.dumps(o) for o in objs])
+    assert result.status == "mismatch", result.text()

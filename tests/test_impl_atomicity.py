@@ -232,7 +232,24 @@ def bad_calls(ls: Lockstep) -> list[BadCall]:
         ("c", "release_transfer_units", (Hostile(),), {}),
         ("c", "release_transfer_units", (None,), {}),
         ("c", "adopt_transfer_units", (["req", 2], h), {}),
+        # overlapped scheduling (SPEC D.13, G13, G15)
+        ("c", "checkpoint", (seq, 0, h), {}),
+        ("c", "checkpoint", (seq, 2, h), {"computed_blocks": 1}),
+        ("c", "checkpoint", (seq, 1, h), {"computed_blocks": "2"}),
+        ("c", "checkpoint", (seq, 1, h), {"forward": -1}),
+        ("c", "checkpoint", (seq, 1, h), {"forward": 2.0}),
+        ("c", "take_checkpoint_ops", (), {"forward": -1}),
+        ("c", "take_checkpoint_ops", (), {"forward": "0"}),
+        ("c", "complete_previous_batch", (5,), {}),
+        ("s", "complete_inflight", ("token",), {}),
+        ("c", "publish_midstep", ([],), {"forward": -1}),
+        ("c", "begin_restore", (h, 0), {"seq": 5}),
     ]
+    last = ls.i.last_forward
+    if last is not None:
+        out.append(("c", "take_checkpoint_ops", (), {"forward": last}))
+        if last > 0:
+            out.append(("c", "checkpoint", (seq, 1, h), {"forward": last - 1}))  # stale
     kv = _kv(ls)
     if kv is not None:
         owner, units = kv
@@ -266,6 +283,14 @@ def bad_calls(ls: Lockstep) -> list[BadCall]:
             ("s", "begin_restore", (ready, busy), {}),
             ("c", "begin_restore", (ready, busy), {}),
         ]
+    lent = [*ls.r._scratch_reserved, *(slot for _h, slot in ls.r._scratch_queued),
+            *ls.r._scratch_issued]
+    if lent:
+        out.append(("c", "begin_restore", (ready if ready is not None else h, lent[0]), {}))  # G12
+    for _sid, (_slot, _entry, owner) in ls.i._restore_owners.items():
+        if ls.i._owner_valid((_slot, _entry, owner)):
+            out.append(("c", "begin_restore", (h, 5), {"seq": owner}))  # G15
+            break
     if ls.r.store._suspended:
         lid, (cid, op) = next(iter(ls.r.store._suspended.items()))
         lease = SuspendedCheckpointRestore(cid, op, lid)
@@ -339,7 +364,10 @@ def test_bad_calls_cover_every_public_method() -> None:
         "uncache_units", "dirty_units", "cached_hash", "cached_units", "complete_inflight",
         "take_restore_ops", "clear", "has_offload_pins", "checkpoint_fates",
         "complete_previous_batch", "take_checkpoint_ops", "clear_index", "attach_offload",
-        "deferred_evictions", "self_check",
+        "deferred_evictions", "self_check", "outstanding", "is_idle",
+        # a flag: every value is accepted; only a token's own error refuses it (the
+        # overlap tests)
+        "settle_completions",
     }
     for target, obj in (("p", I.UnitPool), ("s", I.PageUnitCheckpointStore),
                         ("c", I.PagedStateCheckpointCoordinator)):

@@ -29,6 +29,7 @@ from conftest import FakeClock, FakeOffload, Seq, spec
 
 from pagedstate import impl as I
 from pagedstate.models import reference as R
+from pagedstate.spec import ManualCompletion
 
 SMALL = 100
 BIG = 10_000
@@ -369,3 +370,118 @@ def test_the_counter_sees_the_reference_walks() -> None:
                  lambda c: c.store._next_victim()):
         small, big = cost(200, call), cost(400, call)
         assert big > small + 150, (small, big)
+
+
+# -- overlapped scheduling (SPEC D.13, G12, G15, G17) ------------------------------------
+
+
+def _owner_crowd_coord(n: int) -> tuple[I.PagedStateCheckpointCoordinator, list[Seq]]:
+    """``n`` restores queued, each remembered for its own sequence (G15), and ``n`` pending
+    boundaries filed with forwards still to come."""
+    c = _coord((n + 2) * U)
+    _ready_many(c, range(n + 2))
+    seqs = [Seq(k) for k in range(n)]
+    for k, s in enumerate(seqs):
+        assert c.begin_restore(k, k, seq=s)
+        c.checkpoint(s, 1, 1_000_000 + k, forward=10 + k)
+    return c, seqs
+
+
+def test_restore_owners_are_indexed() -> None:
+    """G15: beginning a restore for a sequence, refusing a second one, and forgetting it by
+    identity (or the slot's restore of another sequence) touch only that restore."""
+    def begin(w: Any) -> None:
+        assert w[0].begin_restore(len(w[1]) + 1, BIG + 1, seq=Seq(1))  # READY, slot free
+
+    same_cost(_owner_crowd_coord, begin)
+
+    def refused(w: Any) -> None:
+        with pytest.raises(AssertionError):  # SlotBusyError: a restore is queued for it
+            w[0].begin_restore(len(w[1]) + 1, BIG + 1, seq=w[1][3])
+
+    same_cost(_owner_crowd_coord, refused)
+    same_cost(_owner_crowd_coord, lambda w: w[0].forget_pending(w[1][4]))
+
+    def moved_slot(w: Any) -> None:
+        s = w[1][5]
+        s.state_slot = 6  # slot 6's restore is another sequence's: not cancelled
+        w[0].forget_pending(s)
+        assert w[0].restore_queued_for(6) and not w[0].restore_queued_for(5)
+
+    same_cost(_owner_crowd_coord, moved_slot)
+    same_cost(_owner_crowd_coord, lambda w: w[0].suspend_queued_restore(7))
+
+
+def test_outstanding_and_is_idle_do_not_walk() -> None:
+    """G17: ``outstanding()`` and ``is_idle()`` are counts, whatever the crowd."""
+    for call in (lambda w: w[0].outstanding(), lambda w: w[0].is_idle(),
+                 lambda w: w[0].store.outstanding()):
+        same_cost(_owner_crowd_coord, call)
+        same_cost(_pending_crowd, call)
+        same_cost(_offload_crowd, call)
+    same_cost(_scratch_crowd, lambda c: c.is_idle())
+
+
+def _scratch_lent_crowd(n: int) -> I.PagedStateCheckpointCoordinator:
+    """``_scratch_crowd`` with one READY record: restores aimed at scratch slots (G12)."""
+    c = _scratch_crowd(n)
+    assert c.store.begin_store(7, 0) is not None
+    c.complete_previous_batch()
+    return c
+
+
+def test_the_slot_lender_checks_do_not_walk() -> None:
+    """G12: a restore into a slot lent as scratch is refused by an index lookup, and a
+    reservation checks its slot against the restores by slot."""
+
+    def refused(c: Any) -> None:
+        with pytest.raises(AssertionError):  # SlotBusyError
+            c.begin_restore(7, 100 + 5)
+
+    same_cost(_scratch_lent_crowd, refused)
+    same_cost(_restore_crowd, lambda c: c.reserve_midstep(Seq(1), [(0, 10**8)]))
+
+
+def _waiting_scratch_front(n: int) -> I.PagedStateCheckpointCoordinator:
+    """One scratch store waiting for a forward to come at the front of the queue, then
+    ``n`` issuable ones; no budget."""
+    c = I.PagedStateCheckpointCoordinator(I.UnitPool(8), spec(10, 20), True,
+                                          readable_midstep=True)
+    c.attach_midstep_scratch(I.SlotPool(range(100, 100 + n + 2)), 0)
+    seq = Seq(1)
+    c.publish_midstep(c.reserve_midstep(seq, [(0, 4_999_999)]), forward=50)
+    for k in range(n):
+        c.publish_midstep(c.reserve_midstep(seq, [(0, 5_000_000 + k)]))
+    return c
+
+
+def test_a_drain_skips_waiting_scratch_without_walking_the_rest() -> None:
+    """D.13: a scratch store waiting for its forward is passed over in place; the
+    over-budget remainder behind it is not read, and the queue keeps its order."""
+
+    same_cost(_waiting_scratch_front, lambda c: c.take_checkpoint_ops())
+    c = _waiting_scratch_front(3)
+    before = c.snapshot().scratch_queued
+    c.take_checkpoint_ops()
+    assert c.snapshot().scratch_queued == before and c.snapshot().scratch_forwards
+
+
+def test_a_settle_costs_the_tokens_not_the_records() -> None:
+    """D.13: polling outstanding tokens that are not done reads no record; a host reader's
+    call with a crowd of READY records and one pending token costs the same."""
+
+    def world(n: int) -> tuple[I.PagedStateCheckpointCoordinator, Any]:
+        c = _coord((n + 2) * U, offload=FakeOffload())
+        c.attach_offload(FakeOffload(), sink=False)
+        for h in range(n):
+            assert c.store.begin_store(h, 0) is not None
+        token = ManualCompletion()
+        c.complete_previous_batch(token)  # n records unsettled, one token
+        assert c.store.begin_store(n, 0) is not None
+        c.complete_previous_batch()  # settled at once
+        return c, n
+
+    same_cost(world, lambda w: w[0].settle_completions())
+    same_cost(world, lambda w: w[0].acquire_checkpoint_source(w[1]))
+    same_cost(world, lambda w: w[0].acquire_checkpoint_source(3))  # unsettled: None
+    same_cost(world, lambda w: w[0].take_offload_stores(4))

@@ -205,3 +205,44 @@ def test_the_protected_record_counts_only_if_evictable() -> None:
         got.append((c.has_available_units(3, 101), c.has_available_units(3, 202),
                     c.has_available_units(4, 101)))
     assert got[0] == got[1] == (True, False, False)
+
+
+def test_a_given_up_drain_keeps_the_overlap_state() -> None:
+    """D.13, G15 on a failing callback: the drain's forward id stays ``last_forward``, the
+    scratch stores waiting for a later forward stay queued in their places (they were
+    passed over by moving them to the end of the queue, and are put back), and the restore
+    begun for a sequence stays queued and remembered (the restores were not taken)."""
+
+    def boom(h: int) -> None:
+        raise KeyError(h)
+
+    pool = I.UnitPool(6)
+    coord = I.PagedStateCheckpointCoordinator(pool, spec(10, 25), True, readable_midstep=True)
+    coord.attach_midstep_scratch(I.SlotPool([90, 91, 92, 93]), 4)
+    coord.checkpoint(Seq(0), 1, 101)
+    coord.take_checkpoint_ops()  # forward 0
+    coord.complete_previous_batch()  # 101 READY, units 0-2
+    kv = pool.reserve_units(3, ("kv", 0))
+    pool.cache_units(kv, ("kv", 0), [301, 302, 303])  # the only free units: cached KV
+    pool.on_evict = boom
+    owner = Seq(1)
+    assert coord.begin_restore(101, 1, seq=owner)
+    seq = Seq(2)
+    coord.publish_midstep(coord.reserve_midstep(seq, [(0, 501)]), forward=9)  # waits
+    coord.publish_midstep(coord.reserve_midstep(seq, [(1, 502)]))  # its store fails
+    coord.publish_midstep(coord.reserve_midstep(seq, [(2, 503)]), forward=9)  # waits
+    queued = coord.snapshot().scratch_queued
+    assert [h for h, _ in queued] == [501, 502, 503]
+    with pytest.raises(EvictionCallbackError):
+        coord.take_checkpoint_ops(forward=4)
+    snap = coord.snapshot()
+    assert coord.last_forward == 4 and coord.next_forward == 5
+    assert snap.scratch_queued == (queued[0], queued[2])  # in place, 502 gone
+    assert snap.scratch_forwards == ((queued[0][1], 9), (queued[2][1], 9))
+    assert snap.restore_owners == ((id(owner), 1),) and snap.queued_restores
+    assert check_invariants(snap) == [] and coord.self_check() == []
+    coord.forget_pending(owner)  # by identity: its restore goes (G15)
+    assert coord.snapshot().queued_restores == ()
+    assert coord.outstanding()["inflight_stores"] == 1  # given up: released at completion
+    coord.complete_previous_batch()
+    assert coord.self_check() == [] and not coord.contains(502)

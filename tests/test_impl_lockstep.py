@@ -2,7 +2,8 @@
 model (pagedstate.models.reference).
 
 1. **The scenario suite, replayed on both.** Every test of ``test_scenarios_f``,
-   ``test_scenarios_s``, ``test_section_g`` and ``test_atomicity_reference`` runs here
+   ``test_scenarios_s``, ``test_section_g``, ``test_overlap`` (SPEC D.13, G12-G17) and
+   ``test_atomicity_reference`` runs here
    again with the reference classes in its module replaced by :class:`Twin` factories: each
    pool, store, coordinator and slot pool the test builds is a pair (reference, production),
    every call runs on both, and after every call the two must agree on the return value
@@ -13,9 +14,14 @@ model (pagedstate.models.reference).
    a guard cannot be replayed this way; :data:`NOT_REPLAYED` lists them with the reason,
    and the production store's version of each is tested below.
 2. **Random lockstep runs.** ``random.Random(seed)`` drives both coordinators (same
-   sequence objects, same clock) through a few thousand calls over a small configuration,
-   bad inputs included, comparing every return value and snapshot after every call and
-   checking the state and step invariants.
+   sequence objects, same clock, same completion tokens) through a few thousand calls over
+   a small configuration, bad inputs included, comparing every return value and snapshot
+   after every call and checking the state and step invariants. The overlap calls (SPEC
+   D.13) are part of it: drains with forward ids (skipping some, so that boundaries are
+   dropped), boundaries and scratch stores filed with forwards, completions with
+   :class:`~pagedstate.spec.ManualCompletion` tokens set done at random, the settle,
+   restores begun for a sequence (G15), restores and scratch over one slot (G12), and
+   ``outstanding()`` / ``is_idle()``.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Any
 
 import pytest
 import test_atomicity_reference
+import test_overlap
 import test_scenarios_f
 import test_scenarios_s
 import test_section_g
@@ -36,6 +43,7 @@ from pagedstate import impl as I
 from pagedstate.models import reference as R
 from pagedstate.spec import (
     IllegalTransitionError,
+    ManualCompletion,
     PagedStateError,
     Snapshot,
     StateStoreOperationId,
@@ -267,6 +275,7 @@ SCENARIO_MODULES = {
     "f": test_scenarios_f,
     "s": test_scenarios_s,
     "g": test_section_g,
+    "overlap": test_overlap,
     "atomicity": test_atomicity_reference,
 }
 
@@ -533,6 +542,7 @@ class Lockstep:
         self.owners: list[Any] = []
         self.res: list[tuple[int, int, int]] = []
         self.kv: dict[int, list[int]] = {}
+        self.tokens: list[ManualCompletion] = []
         self.next_owner = 0
         self.calls = 0
 
@@ -559,24 +569,72 @@ class Lockstep:
             assert after_i == before_i, f"{where} raised but changed the production store"
         else:
             assert rv == iv, f"{where}: reference {rv!r} != production {iv!r}"
+        assert self.r.outstanding() == self.i.outstanding(), where
+        assert self.r.is_idle() == self.i.is_idle(), where
+        assert (self.r.last_forward, self.r.next_forward) == (
+            self.i.last_forward, self.i.next_forward,
+        ), where
         assert check_invariants(after_i) == [], (where, check_invariants(after_i))
         assert check_step_invariants(before, after_i) == [], where
         assert self.i.self_check() == [], (where, self.i.self_check())
         return rk, rv
 
+    # -- the overlap arguments (SPEC D.13) -------------------------------------------------
+
+    def _forward(self) -> int | None:
+        """A drain's forward id: mostly none (``next_forward``), sometimes skipping ids."""
+        r = self.rng.random()
+        if r < 0.5:
+            return None
+        return self.i.next_forward + (0 if r < 0.8 else self.rng.randrange(1, 3))
+
+    def _boundary_forward(self) -> int | None:
+        """A boundary's or scratch store's forward id: none, the latest drained forward, one
+        to come, or (rarely, for a boundary) an older one."""
+        r = self.rng.random()
+        last = self.i.last_forward
+        if r < 0.4:
+            return None
+        if r < 0.6 and last is not None:
+            return last
+        if r < 0.95:
+            return self.i.next_forward + self.rng.randrange(2)
+        return max(0, (last or 0) - 1)
+
+    def _token(self) -> ManualCompletion | None:
+        """A completion token for a completion: none, a fresh one (sometimes done at once)."""
+        if self.rng.random() < 0.4:
+            return None
+        token = ManualCompletion(done=self.rng.random() < 0.2)
+        self.tokens.append(token)
+        return token
+
+    def _restore_slot(self) -> int:
+        """A restore destination: a request slot, now and then a scratch slot (G12)."""
+        return self.rng.choice([50, 51, 52]) if self.rng.random() < 0.1 else self.rng.randrange(6)
+
     def step(self) -> None:
         rng, h, s = self.rng, self.rng.choice(self.hashes), self.rng.choice(self.seqs)
-        k = rng.randrange(37)
+        k = rng.randrange(46)
         if k == 0:
-            self.call("c", "take_checkpoint_ops")
+            fwd = self._forward()
+            self.call("c", "take_checkpoint_ops", **({} if fwd is None else {"forward": fwd}))
         elif k == 1:
-            self.call("c", "complete_previous_batch")
+            token = self._token()
+            self.call("c", "complete_previous_batch", *(() if token is None else (token,)))
         elif k in (2, 3):
-            self.call("c", "checkpoint", s, 1, h)
+            fwd = self._boundary_forward()
+            kw: dict[str, Any] = {} if fwd is None else {"forward": fwd}
+            if rng.random() < 0.3:
+                kw["computed_blocks"] = rng.randrange(4)
+            self.call("c", "checkpoint", s, rng.choice([1, 1, 2]), h, **kw)
         elif k == 4:
             self.call("c", "forget_pending", s)
         elif k in (5, 36):
-            self.call("c", "begin_restore", h, rng.randrange(6))
+            if rng.random() < 0.5:
+                self.call("c", "begin_restore", h, self._restore_slot(), seq=s)
+            else:
+                self.call("c", "begin_restore", h, self._restore_slot())
         elif k == 6:
             queued = [op.dst_slot for _, op in self.r.store._queued_restores]
             slot = rng.choice(queued) if queued and rng.random() < 0.8 else rng.randrange(6)
@@ -670,6 +728,29 @@ class Lockstep:
             self._bad_input()
         elif k == 35:
             self.call("c", "has_offload_pins")
+        elif k in (37, 38):
+            if self.tokens:
+                token = rng.choice(self.tokens)
+                token.set()
+                if rng.random() < 0.5:
+                    self.tokens.remove(token)
+        elif k == 39:
+            self.call("c", "settle_completions", rng.random() < 0.2)
+        elif k == 40:
+            self.call("s", "settle_completions", wait=rng.random() < 0.2)
+        elif k == 41:
+            token = self._token()
+            self.call("s", "complete_inflight", *(() if token is None else (token,)))
+        elif k == 42 and self.res:
+            x = self.res.pop(rng.randrange(len(self.res)))
+            fwd = self._boundary_forward()
+            self.call("c", "publish_midstep", [x], **({} if fwd is None else {"forward": fwd}))
+        elif k == 43:
+            self.call("c", rng.choice(["outstanding", "is_idle"]))
+        elif k == 44:
+            self.call("s", "outstanding")
+        elif k == 45:
+            self._bad_overlap_input()
 
     def _bad_input(self) -> None:
         rng = self.rng
@@ -700,6 +781,33 @@ class Lockstep:
                           (SuspendedCheckpointRestore(lease.checkpoint_id, lease.op, 10**6),), {}))
         if self.owners:
             cases.append(("c", "adopt_transfer_units", (self.owners[0], "h"), {}))
+        target, name, args, kwargs = rng.choice(cases)
+        self.call(target, name, *args, **kwargs)
+
+    def _bad_overlap_input(self) -> None:
+        """Refused overlap calls (SPEC D.13, G12, G13, G15): each raises, nothing changed."""
+        rng = self.rng
+        h = rng.choice(self.hashes)
+        seq = rng.choice(self.seqs)
+        last = self.i.last_forward
+        cases: list[tuple[str, str, tuple[Any, ...], dict[str, Any]]] = [
+            ("c", "checkpoint", (seq, 0, h), {}),
+            ("c", "checkpoint", (seq, 3, h), {"computed_blocks": 2}),
+            ("c", "checkpoint", (seq, 1, h), {"computed_blocks": -1}),
+            ("c", "checkpoint", (seq, 1, h), {"forward": -1}),
+            ("c", "checkpoint", (seq, 1, h), {"forward": "3"}),
+            ("c", "checkpoint", (seq, 1, h), {"forward": True}),
+            ("c", "take_checkpoint_ops", (), {"forward": -1}),
+            ("c", "take_checkpoint_ops", (), {"forward": 1.5}),
+            ("c", "complete_previous_batch", (5,), {}),
+            ("s", "complete_inflight", (object(),), {}),
+            ("c", "publish_midstep", ([],), {"forward": -2}),
+            ("c", "begin_restore", (h, 0), {"seq": 5}),
+        ]
+        if last is not None:
+            cases.append(("c", "take_checkpoint_ops", (), {"forward": last}))
+            if last > 0:
+                cases.append(("c", "checkpoint", (seq, 1, h), {"forward": last - 1}))  # stale
         target, name, args, kwargs = rng.choice(cases)
         self.call(target, name, *args, **kwargs)
 

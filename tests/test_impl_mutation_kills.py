@@ -24,7 +24,6 @@ from pagedstate.spec import (
     PagedStateError,
     PartialReleaseError,
     StoreOwnedUnitsError,
-    WrongOwnerError,
 )
 from pagedstate.spec.types import CHECKPOINT_OWNER
 
@@ -429,11 +428,12 @@ def _refused_alike(n: int, count: int, ids: list[Any], error: type) -> None:
     assert i.num_free == n
 
 
-def test_release_naming_the_unit_past_the_pool_is_the_wrong_owner() -> None:
-    """Unit ``num_units`` does not exist: WrongOwner (it is nobody's piece), not an
-    IndexError, on the small and the bulk fast paths."""
-    _refused_alike(4, 1, [4], WrongOwnerError)
-    _refused_alike(12, 12, [*range(11), 12], WrongOwnerError)
+def test_release_naming_the_unit_past_the_pool_names_the_range() -> None:
+    """Unit ``num_units`` does not exist: an InvalidArgumentError naming the pool's range
+    (G16; before G16, WrongOwner), never an IndexError, on the small and the bulk fast
+    paths, with the reference's message."""
+    _refused_alike(4, 1, [4], InvalidArgumentError)
+    _refused_alike(12, 12, [*range(11), 12], InvalidArgumentError)
 
 
 def test_release_naming_a_piece_twice_is_refused() -> None:

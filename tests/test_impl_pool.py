@@ -502,3 +502,39 @@ def test_a_release_naming_a_free_unit_for_a_piece_is_refused() -> None:
         assert pool.snapshot_parts() == before and pool.num_free == 4
         pool.release_units(mine, KV0)
         assert pool.num_free == 6
+
+
+# -- G16: ids outside the pool ---------------------------------------------------------------
+
+
+def test_every_id_taking_call_names_the_pool_range() -> None:
+    """G16: a unit id outside ``[0, num_units)`` (negative or past the end) given to any
+    pool call that takes ids, the KV calls included (the reference has none), raises
+    InvalidArgumentError naming the range, ahead of any owner or duplicate check, and
+    changes nothing."""
+    pool = I.UnitPool(6)
+    kv = pool.reserve_units(2, KV0)
+    assert kv is not None
+    pool.cache_units(pool.reserve_units(1, KV1), KV1, [301])  # unit 2 cached
+    before = _deep(pool)
+    calls = [
+        lambda u: pool.release_units([*kv, u], KV0),
+        lambda u: pool.release_units([u, u], ("nobody", 0)),  # before the duplicate check
+        lambda u: pool.release_units([u], (CHECKPOINT_OWNER, 0)),  # before the owner check
+        lambda u: pool.rekey_units([u, *kv], KV0, ("other", 0)),
+        lambda u: pool.cache_units([*kv, u], KV0, [1, 2, 3]),
+        lambda u: pool.claim_cached_units([2, u], ("kv", 9)),
+        lambda u: pool.uncache_units([u]),
+        lambda u: pool.mark_clean([u]),
+        lambda u: pool.owner_of(u),
+        lambda u: pool.is_dirty(u),
+        lambda u: pool.cached_hash(u),
+    ]
+    for call in calls:
+        for u in (6, 99, -1):
+            with pytest.raises(InvalidArgumentError) as info:
+                call(u)
+            assert type(info.value) is InvalidArgumentError
+            assert f"unit {u} is outside the pool's range [0, 6) (G16)" in str(info.value)
+            assert _deep(pool) == before
+    assert pool.self_check() == []

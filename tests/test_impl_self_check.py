@@ -13,6 +13,7 @@ import pytest
 from conftest import FakeClock, Seq, spec
 
 from pagedstate import impl as I
+from pagedstate.spec import ManualCompletion
 
 
 class Tier:
@@ -246,3 +247,130 @@ def test_the_kit_calls_the_store_s_self_check() -> None:
                 max_examples=5, derandomize=True, database=None, phases=[Phase.generate]
             ),
         )
+
+
+# -- overlapped scheduling (SPEC D.13, G12, G15) ----------------------------------------
+
+
+def overlap_world() -> I.PagedStateCheckpointCoordinator:
+    """A coordinator with something in every overlap index: a READY record listed by an
+    outstanding completion token (unsettled), a COPYING one, a pending boundary filed with
+    a forward still to come, a queued scratch store published with a forward, and a restore
+    remembered for its sequence (G15)."""
+    c = I.PagedStateCheckpointCoordinator(
+        I.UnitPool(40), spec(10, 20), True, Tier(), True, clock=FakeClock()
+    )
+    c.attach_midstep_scratch(I.SlotPool([90, 91, 92]), 4)
+    a, b, d = Seq(0), Seq(1), Seq(2)
+    c.checkpoint(a, 1, 101)
+    c.take_checkpoint_ops()  # forward 0
+    c.complete_previous_batch(ManualCompletion())  # 101 READY, unsettled
+    c.checkpoint(d, 1, 103)
+    c.checkpoint(b, 1, 102, forward=5)
+    c.take_checkpoint_ops()  # forward 1: 103 COPYING, 102 waits for forward 5
+    c.publish_midstep(c.reserve_midstep(Seq(3), [(0, 201)]), forward=7)
+    assert c.begin_restore(101, 3, seq=a)
+    return c
+
+
+def test_an_overlap_world_is_consistent() -> None:
+    c = overlap_world()
+    s = c.snapshot()
+    assert s.completions and s.boundary_forwards and s.scratch_forwards and s.restore_owners
+    assert any(r.phase == "COPYING" for r in s.records.values())
+    assert c.self_check() == []
+    assert c.clone().self_check() == []
+
+
+def _owner_key(c: Any) -> int:
+    return next(iter(c._restore_owners))
+
+
+OVERLAP_CORRUPTIONS: dict[str, tuple[Callable[[Any], None], str]] = {
+    "a boundary forward without its boundary": (
+        lambda c: c._boundary_forwards.__setitem__((1, 2), 3),
+        r"a boundary forward names no pending boundary",
+    ),
+    "a scratch forward without its store": (
+        lambda c: c._scratch_forwards.__setitem__(99, 1),
+        r"a scratch forward names no queued scratch store",
+    ),
+    "a negative last forward": (
+        lambda c: setattr(c, "_last_forward", -1),
+        r"the last forward is -1, not an int >= 0",
+    ),
+    "a slot's restore owner that is not remembered": (
+        lambda c: c._restore_owner_of_slot.__setitem__(4, 12345),
+        r"the restore owner of slot 4 is not a remembered restore",
+    ),
+    "a valid restore owner not indexed by slot": (
+        lambda c: c._restore_owner_of_slot.clear(),
+        r"the valid restore owner of slot 3 is not indexed",
+    ),
+    "a restore owner under another key": (
+        lambda c: c._restore_owners.__setitem__(7, c._restore_owners.pop(_owner_key(c))),
+        r"a restore owner is filed under 7, not its sequence's id",
+    ),
+    "an issued scratch slot still queued": (
+        lambda c: c._scratch_issued.__setitem__(next(iter(c._scratch_queued)), None),
+        r"a scratch slot is issued and queued or reserved",
+    ),
+    "a COPYING record settled": (
+        lambda c: setattr(c.store.records[c.store._pending_by_hash[103]], "settled", True),
+        r"COPYING record 1 in flight is settled or listed",
+    ),
+    "an in-flight EVICTING record listed": (
+        lambda c: (c.unindex(103), c.store._completions[0][1].append(1)),
+        r"EVICTING record 1 in flight is settled or listed",
+    ),
+    "an unsettled record no completion lists": (
+        lambda c: c.store._completions.clear(),
+        r"READY record 0 is unsettled but not listed by a completion",
+    ),
+    "a settled record a completion lists": (
+        lambda c: setattr(c.store.records[0], "settled", True),
+        r"READY record 0 is settled but listed by a completion",
+    ),
+    "a record listed twice": (
+        lambda c: c.store._completions.append((ManualCompletion(), [0])),
+        r"checkpoints listed by two completions: \[0\]",
+    ),
+    "a completion listing nothing": (
+        lambda c: c.store._completions.append((ManualCompletion(), [])),
+        r"the completion ManualCompletion\(done=False\) lists no checkpoint",
+    ),
+    "a completion that is no token": (
+        lambda c: c.store._completions.__setitem__(0, (None, c.store._completions[0][1])),
+        r"the completion None is not a completion token",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OVERLAP_CORRUPTIONS))
+def test_self_check_names_each_overlap_corruption(name: str) -> None:
+    corrupt, says = OVERLAP_CORRUPTIONS[name]
+    c = overlap_world()
+    corrupt(c)
+    problems = c.self_check()
+    assert any(re.fullmatch(says, p) for p in problems), problems
+
+
+def test_a_clone_copies_the_overlap_structures() -> None:
+    """``clone()`` shares the completion tokens but copies every list and map of the
+    overlap state: changing the clone leaves the original as it was."""
+    c = overlap_world()
+    before = c.snapshot()
+    d = c.clone()
+    assert d.snapshot() == before
+    token = c.store._completions[0][0]
+    assert d.store._completions[0][0] is token
+    d.store._completions[0][1].append(99)
+    d._boundary_forwards.clear()
+    d._scratch_forwards.clear()
+    d._restore_owners.clear()
+    d._restore_owner_of_slot.clear()
+    d._scratch_issued[5] = None
+    d.store.records[0].settled = True
+    assert c.snapshot() == before and c.self_check() == []
+    token.set()
+    assert c.settle_completions() == 1 and d.snapshot() != c.snapshot()

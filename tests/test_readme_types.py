@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Documents whose ```python blocks are complete programs a user would copy.
-DOCS = ["README.md", "docs/integration.md", "docs/eventlog.md"]
+DOCS = ["README.md", "docs/integration.md", "docs/overlap.md", "docs/eventlog.md"]
 
 
 def _blocks() -> list[tuple[str, str]]:

@@ -1047,7 +1047,10 @@ def test_d_resumable_hit_and_the_tier_vote():
     assert c.resumable_hit(seq, 3, hashes, assume_checkpointed=True) == 3
     assert c.resumable_hit(seq, 0, hashes) == 0
     assert c.resumable_hit(Seq(1, has_per_req_cache=False), 3, hashes) == 3  # not applicable
-    assert make_coord(20, enabled=False).resumable_hit(seq, 3, hashes) == 3
+    # A disabled coordinator passes the hit through for a request without per-request
+    # state (one with it gets 0: G14, tests/test_section_g.py).
+    stateless = Seq(1, has_per_req_cache=False)
+    assert make_coord(20, enabled=False).resumable_hit(stateless, 3, hashes) == 3
     assert make_coord(20).resumable_hit(seq, 3, [21, 22, 23]) == 0  # no tier, nothing READY
 
 

@@ -18,13 +18,16 @@ from conftest import (
 
 from pagedstate.models.reference import PageUnitCheckpointStore, SlotPool, UnitPool
 from pagedstate.spec import (
+    BoundaryRangeError,
     IllegalTransitionError,
+    InvalidArgumentError,
     LeaseReusedError,
     PartialReleaseError,
     SlotBusyError,
     StateStoreOperationId,
     StoreOwnedUnitsError,
     WrongOwnerError,
+    check_invariants,
 )
 from pagedstate.spec import tables as T
 from pagedstate.spec.types import TRANSFER_OWNER
@@ -266,3 +269,184 @@ def test_g11_completion_of_a_pinned_evicting_store_raises_rather_than_frees():
     else:
         raise AssertionError("a pinned EVICTING record was released on completion")
     assert cid in s.records
+
+
+def test_g12_a_restore_may_not_target_a_slot_lent_as_scratch():
+    scratch = SlotPool([4, 5])
+    c = make_coord(20, readable_midstep=True, scratch=scratch, max_ops_per_batch=8)
+    cid = ready(c, 101)
+    seq = Seq(0)
+    res = c.reserve_midstep(seq, [(16, 555)])
+    assert res == [(4, 16, 555)]
+    # ATOM: accepted; the drain then pairs a gather into slot 4 with the copy out of it.
+    assert_unchanged(c, lambda: c.begin_restore(101, 4), SlotBusyError)  # reserved
+    c.publish_midstep(res)
+    assert_unchanged(c, lambda: c.begin_restore(101, 4, seq=Seq(4)), SlotBusyError)  # queued
+    stores, _ = c.take_checkpoint_ops()
+    assert [op.src_slot for op in stores] == [4]
+    assert_unchanged(c, lambda: c.begin_restore(101, 4), SlotBusyError)  # issued
+    c.complete_previous_batch()  # the scratch slot is back in the pool
+    assert c.begin_restore(101, 4) is True
+    assert pin(c, cid) == 1
+    assert check_invariants(c.snapshot()) == []
+
+
+def test_g12_scratch_may_not_be_lent_over_a_restore_destination():
+    scratch = SlotPool([4, 5])
+    c = make_coord(20, readable_midstep=True, scratch=scratch, max_ops_per_batch=8)
+    ready(c, 101)
+    seq = Seq(0)
+    c.begin_restore(101, 5)  # queued into 5; scratch pops 4 first, then 5
+    before = c.checkpoint_fates()
+    # ATOM: lends slot 5 as scratch; the next drain writes and reads it in one launch.
+    assert_unchanged(c, lambda: c.reserve_midstep(seq, [(16, 555), (32, 666)]), SlotBusyError)
+    assert scratch.free_slots == frozenset({4, 5})  # both popped slots went back
+    assert c.checkpoint_fates() == before  # no drop counted
+    c.take_checkpoint_ops()  # in flight: still the restore's
+    assert_unchanged(c, lambda: c.reserve_midstep(seq, [(16, 555), (32, 666)]), SlotBusyError)
+    c.complete_previous_batch()
+    c.begin_restore(101, 5)
+    lease = c.suspend_queued_restore(5)  # suspended: still the restore's
+    assert_unchanged(c, lambda: c.reserve_midstep(seq, [(16, 555), (32, 666)]), SlotBusyError)
+    c.release_suspended_restore(lease)
+    assert c.reserve_midstep(seq, [(16, 555), (32, 666)]) == [(4, 16, 555), (5, 32, 666)]
+    assert check_invariants(c.snapshot()) == []
+
+
+def test_g12_a_suspended_restore_is_not_resumed_into_a_scratch_slot():
+    """Reachable only past the coordinator's guard (a restore queued on the store itself
+    over a reserved scratch slot): the resume is refused first, with nothing changed."""
+    scratch = SlotPool([4])
+    c = make_coord(20, readable_midstep=True, scratch=scratch, max_ops_per_batch=8)
+    ready(c, 101)
+    res = c.reserve_midstep(Seq(0), [(16, 555)])
+    store = c.store.raw
+    store.begin_restore(101, 4)  # bypasses the coordinator's G12 check
+    lease = store.suspend_queued_restore(4)
+    # ATOM (and the store alone): the restore goes back on the queue into scratch slot 4.
+    assert_unchanged(c, lambda: c.raw.resume_suspended_restore(lease), SlotBusyError,
+                     invariants=False)
+    store.release_suspended_restore(lease)
+    c.cancel_midstep(res)
+    assert check_invariants(c.snapshot()) == []
+
+
+def test_g13_a_boundary_names_computed_state():
+    c = make_coord(20)
+    seq = Seq(2)
+    # ATOM: a boundary of 0 blocks is filed and stored.
+    info = assert_unchanged(c, lambda: c.checkpoint(seq, 0, 101), BoundaryRangeError)
+    assert isinstance(info.value, InvalidArgumentError)
+    # Checked before "ignored": a sequence with no slot, or a disabled coordinator, too.
+    assert_unchanged(c, lambda: c.checkpoint(Seq(-1), 0, 101), BoundaryRangeError)
+    off = make_coord(20, enabled=False)
+    assert_unchanged(off, lambda: off.checkpoint(seq, 0, 101), BoundaryRangeError)
+    assert_unchanged(c, lambda: c.checkpoint(seq, 5, 101, computed_blocks=4),
+                     BoundaryRangeError)
+    assert c.snapshot().pending_boundaries == ()
+    c.checkpoint(seq, 4, 101, computed_blocks=4)  # at the computed end: filed
+    assert c.snapshot().pending_boundaries == ((id(seq), 101),)
+    stores, _ = c.take_checkpoint_ops()
+    assert len(stores) == 1 and c.checkpoints_kept == 1
+
+
+def test_g14_a_disabled_coordinator_fails_closed():
+    c = make_coord(20, enabled=False)
+    hashes = [11, 12, 13]
+    # ATOM: 3, so a request with per-request state resumes with a slot nothing restored.
+    assert c.resumable_hit(Seq(1), 3, hashes) == 0
+    assert c.resumable_hit(Seq(1), 3, hashes, assume_checkpointed=True) == 0
+    assert c.resumable_hit(Seq(1, has_per_req_cache=False), 3, hashes) == 3
+    # Argument checks still come first.
+    assert_unchanged(c, lambda: c.resumable_hit(Seq(1), 4, hashes), InvalidArgumentError)
+
+
+def test_g15_forget_pending_cancels_the_restore_filed_for_the_sequence():
+    c = make_coord(20)
+    cid = ready(c, 101)
+    seq = Seq(4)
+    assert c.begin_restore(101, 4, seq=seq) is True
+    assert c.snapshot().restore_owners == ((id(seq), 4),)
+    seq.state_slot = -1  # the engine reset the slot before forgetting the request
+    c.forget_pending(seq)
+    # ATOM: looks at the current slot (-1) and leaves the restore into slot 4 queued.
+    assert c.snapshot().queued_restores == ()
+    assert pin(c, cid) == 0
+    assert c.snapshot().restore_owners == ()
+
+
+def test_g15_forget_pending_leaves_another_sequences_restore_alone():
+    c = make_coord(20)
+    cid = ready(c, 101)
+    owner, stale = Seq(4), Seq(4)  # stale still names slot 4, which owner now holds
+    c.begin_restore(101, 4, seq=owner)
+    c.forget_pending(stale)
+    # ATOM: cancels the queued restore into slot 4, which owner's request relies on.
+    assert c.snapshot().queued_restores == ((cid, 4),)
+    # One remembered restore per sequence.
+    assert_unchanged(c, lambda: c.begin_restore(101, 5, seq=owner), SlotBusyError)
+    # Without seq=, forget_pending still cancels by the sequence's slot (as ATOM).
+    c.forget_pending(owner)
+    assert c.snapshot().queued_restores == ()
+    c.begin_restore(101, 6)
+    c.forget_pending(Seq(6))
+    assert c.snapshot().queued_restores == ()
+    # A drain takes the restore: it is nobody's any more, and a new one may be filed.
+    c.begin_restore(101, 4, seq=owner)
+    c.take_checkpoint_ops()
+    assert c.snapshot().restore_owners == ()
+    c.complete_previous_batch()
+    assert c.begin_restore(101, 5, seq=owner) is True
+    assert check_invariants(c.snapshot()) == []
+
+
+def test_g16_errors_name_the_pools_range():
+    s = make_store(20)
+    pool = s.pool
+    units = pool.reserve_units(2, ("live-kv", 0))
+    # ATOM: a WrongOwnerError about a unit that "is not held", not a bad argument.
+    for bad in ([20], [units[0], units[1], 25], [-1]):
+        info = assert_unchanged(
+            s, lambda b=bad: pool.release_units(b, ("live-kv", 0)), InvalidArgumentError
+        )
+        assert not isinstance(info.value, WrongOwnerError)
+        assert "20" in str(info.value)  # the range [0, 20)
+    info = assert_unchanged(
+        s, lambda: pool.rekey_units([units[0], 99], ("live-kv", 0), ("other", 0)),
+        InvalidArgumentError,
+    )
+    assert "20" in str(info.value)
+    pool.release_units(units, ("live-kv", 0))
+    assert pool.num_free == 20
+
+
+def test_g17_an_idle_query_without_a_snapshot():
+    scratch = SlotPool([90])
+    c = make_coord(20, readable_midstep=True, scratch=scratch, max_ops_per_batch=8)
+    keys = {
+        "queued_restores", "inflight_restores", "suspended_restores", "inflight_stores",
+        "offload_operations", "completions", "pending_boundaries", "transfers",
+        "scratch_reserved", "scratch_queued", "scratch_issued",
+    }
+    # ATOM: no such query; an engine would build and walk a snapshot every pass.
+    assert set(c.outstanding()) == keys and not any(c.outstanding().values())
+    assert c.is_idle() is True
+    assert set(c.store.outstanding()) == keys - {
+        "pending_boundaries", "transfers", "scratch_reserved", "scratch_queued",
+        "scratch_issued",
+    }
+    ready(c, 101)
+    c.checkpoint(Seq(2), 1, 202)
+    assert c.outstanding()["pending_boundaries"] == 1 and c.is_idle() is False
+    c.begin_restore(101, 3)
+    res = c.reserve_midstep(Seq(2), [(16, 303)])
+    assert c.outstanding()["scratch_reserved"] == 1
+    c.publish_midstep(res)
+    assert c.outstanding()["scratch_queued"] == 1
+    c.take_checkpoint_ops()
+    out = c.outstanding()
+    assert (out["inflight_stores"], out["inflight_restores"], out["scratch_issued"]) == (2, 1, 1)
+    assert out["pending_boundaries"] == 0 and out["queued_restores"] == 0
+    c.complete_previous_batch()
+    assert c.is_idle() is True
+

@@ -23,6 +23,7 @@ from pagedstate.spec.static import (
     check_all,
     check_deterministic,
     check_events_used,
+    check_host_pins_settled,
     check_no_traps,
     check_reachable,
     check_terminal_exits,
@@ -64,6 +65,7 @@ def _row_index(table: Table, phase: str, event: str, guard: str = "-") -> int:
 
 
 _PIN_RESTORE = _row_index(RECORD, "READY", "pin_restore")
+_PIN_OFFLOAD = _row_index(RECORD, "READY", "pin_offload", "settled")
 
 # (id, planted table, the one check that must report, a fragment of its message)
 PLANTED: list[tuple[str, Table, Check, str]] = [
@@ -175,6 +177,12 @@ PLANTED: list[tuple[str, Table, Check, str]] = [
         _with_rows(RECORD, Row("READY", "evict", "", "RELEASED", units="release")),
         check_well_formed,
         "empty guard label",
+    ),
+    (
+        "host pin without the settled guard",
+        _replace_row(RECORD, _PIN_OFFLOAD, guard="-"),
+        check_host_pins_settled,
+        "a host reader's pin must be guarded 'settled'",
     ),
     (
         "undeclared terminal phase",

@@ -14,7 +14,7 @@ from pagedstate.spec.types import PagedStateCheckpointSpec
 from pagedstate.spec.wire import FORMAT, VERSION
 
 from .. import reference as R
-from .standins import _Clock, _Offload, _RowOrder, _Scratch, _Script
+from .standins import _Clock, _Offload, _RowOrder, _Scratch, _Script, _Token
 from .values import _Seq, decode, encode
 from .verdict import Difference, _dump, _Unreadable, _Unsupported
 
@@ -169,6 +169,10 @@ class _Replay:
             return self.offload
         if name == "scratch":
             return self.scratch
+        if name.startswith("token#"):
+            # a completion token: a stand-in answering from the script; the store keeps it
+            # (its later queries are scripted on the lines that make them)
+            return _Token(self.script, name)
         # another scratch pool than the first: a stand-in of its own (same script), so
         # that the reference tells it from the attached one as the implementation did
         other = self.other_scratch.get(name)

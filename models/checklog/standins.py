@@ -111,6 +111,16 @@ class _Scratch(_Scripted):
         self._script.call("scratch.release", [slot], lambda: None)
 
 
+class _Token(_Scripted):
+    """A completion token (SPEC D.13), answering ``query()`` as the implementation's did."""
+
+    def query(self) -> bool:
+        return bool(self._script.call(f"{self.name}.query", [], lambda: False))
+
+    def synchronize(self) -> None:
+        self._script.call(f"{self.name}.synchronize", [], lambda: None)
+
+
 class _Clock:
     """The implementation's clock readings of the current call, in order."""
 

@@ -142,7 +142,7 @@ _T = TypeVar("_T")
 
 #: An outside object's name in the log: the offload index, the first scratch pool, or the
 #: K-th other scratch pool (``scratch#K``, K >= 1).
-_EXT_NAME = re.compile(r"offload|scratch|scratch#[1-9][0-9]{0,8}")
+_EXT_NAME = re.compile(r"offload|scratch|scratch#[1-9][0-9]{0,8}|token#(0|[1-9][0-9]{0,17})")
 
 _OP_FIELDS = {
     "store_op": ("src_slot", "unit_ids", "total_bytes", "layout_id"),

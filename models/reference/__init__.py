@@ -24,7 +24,8 @@ row stepper), :mod:`.pool` (:class:`UnitPool`, :class:`SlotPool`), the store
 :class:`PageUnitCheckpointStore` as a base and mixins by topic (:mod:`.store_core`: state,
 lookups and the record machine's effects; :mod:`.store_restores`: restores and leases;
 :mod:`.store_offload`: the CPU tier; :mod:`.store`: stores, index changes, adoption,
-snapshot) and :mod:`.coordinator` (:class:`PagedStateCheckpointCoordinator`).
+snapshot) and :mod:`.coordinator` (:class:`PagedStateCheckpointCoordinator`), with its
+midstep scratch in :mod:`.coordinator_scratch`.
 """
 
 # The private names of the single module this package replaces are re-exported too (``as``

@@ -1,6 +1,8 @@
-"""The reference coordinator, :class:`PagedStateCheckpointCoordinator` (SPEC D with G1 and
-G5): pending boundaries and the per-pass drain, admission, transfers, midstep scratch, the
-offload wiring, index changes and fates, over one :class:`~.store.PageUnitCheckpointStore`."""
+"""The reference coordinator, :class:`PagedStateCheckpointCoordinator` (SPEC D with G1, G5
+and G12-G17): pending boundaries and the per-pass drain with its forward ids, completions
+and their tokens (D.13), admission, restores remembered per sequence (G15), transfers,
+midstep scratch, the offload wiring, index changes, fates and ``outstanding()``, over one
+:class:`~.store.PageUnitCheckpointStore`."""
 
 from __future__ import annotations
 
@@ -9,17 +11,23 @@ from typing import TYPE_CHECKING, Any
 
 from pagedstate.spec import tables as T
 from pagedstate.spec.errors import (
+    BoundaryRangeError,
     InvalidArgumentError,
-    StaleReservationError,
-    UnknownOperationError,
+    SlotBusyError,
+    StaleBoundaryError,
 )
-from pagedstate.spec.protocols import need_coordinator_args, need_scratch_pool
+from pagedstate.spec.protocols import (
+    need_completion,
+    need_coordinator_args,
+    need_forward,
+)
 from pagedstate.spec.sequences import need_sequence, sequence_slot
 from pagedstate.spec.snapshot import Snapshot
 from pagedstate.spec.types import (
     TRANSFER_OWNER,
     CheckpointRestoreOp,
     CheckpointStoreOp,
+    CompletionToken,
     PagedStateCheckpointSpec,
     ScratchSlotPool,
     SequenceLike,
@@ -36,8 +44,8 @@ from ._common import (
     _is_int,
     _need_int,
     _need_transfer_owner,
-    _Stepper,
 )
+from .coordinator_scratch import _Scratch
 from .pool import UnitPool
 from .store import PageUnitCheckpointStore
 
@@ -46,9 +54,10 @@ from .store import PageUnitCheckpointStore
 # ---------------------------------------------------------------------------------------
 
 
-class PagedStateCheckpointCoordinator(_Stepper):
-    """Reference coordinator: pending boundaries, the per-pass drain, transfers, midstep
-    scratch and fates (SPEC D with G1 and G5).
+class PagedStateCheckpointCoordinator(_Scratch):
+    """Reference coordinator: pending boundaries, the per-pass drain, completions, transfers,
+    midstep scratch and fates (SPEC D with G1, G5 and G12-G17; forward ids and completion
+    tokens, D.13).
 
     Args:
         pool: the unit pool.
@@ -96,6 +105,14 @@ class PagedStateCheckpointCoordinator(_Stepper):
         self._scratch_queued: list[tuple[int, int]] = []
         self._scratch_issued: list[int] = []
         self._pending: dict[tuple[int, int], tuple[SequenceLike, int]] = {}
+        # SPEC D.13: the forward id a pending boundary or queued scratch store was filed
+        # with (absent: the synchronous meaning), and the latest drain's forward id.
+        self._pending_forward: dict[tuple[int, int], int] = {}
+        self._scratch_forward: dict[int, int] = {}
+        self._last_forward: int | None = None
+        # G15: restores begun for a sequence, (seq, slot, the store's queued entry), in the
+        # order begun; one is valid while the store still has that very entry queued.
+        self._restore_owners: list[tuple[SequenceLike, int, object]] = []
         self._store_ops: list[CheckpointStoreOp] = []
         self._transfer_units: dict[Hashable, tuple[int, ...]] = {}
         self.checkpoints_kept = 0
@@ -122,6 +139,10 @@ class PagedStateCheckpointCoordinator(_Stepper):
         c._scratch_queued = list(self._scratch_queued)
         c._scratch_issued = list(self._scratch_issued)
         c._pending = dict(self._pending)
+        c._pending_forward = dict(self._pending_forward)
+        c._scratch_forward = dict(self._scratch_forward)
+        # The store's copy shares its queued entries (immutable tuples), so identity holds.
+        c._restore_owners = list(self._restore_owners)
         c._store_ops = list(self._store_ops)
         c._transfer_units = dict(self._transfer_units)
         return c
@@ -143,136 +164,6 @@ class PagedStateCheckpointCoordinator(_Stepper):
     def _applies(self, seq: SequenceLike) -> bool:
         return self.enabled and bool(seq.has_per_req_cache)
 
-    # -- midstep scratch (SPEC D.1 steps 4-6, G5) -----------------------------------------
-
-    def attach_midstep_scratch(self, slot_pool: ScratchSlotPool, max_ops_per_batch: int) -> None:
-        """Where scratch slots come from, and the per-batch copy budget
-        (``checkpoint_copy_ops_per_batch(max_num_seqs)``).
-
-        Raises:
-            InvalidArgumentError: ``max_ops_per_batch`` is not a non-negative int,
-                ``slot_pool`` lacks ``has_free``, ``pop`` or ``release``, or it is another
-                pool than the attached one while slots of that one are out (reserved,
-                queued or issued: they go back to the pool they came from). Re-attaching
-                the same pool (a new budget) is always allowed.
-        """
-        _need_int("max_ops_per_batch", max_ops_per_batch, 0)
-        out = len(self._scratch_reserved) + len(self._scratch_queued) + len(self._scratch_issued)
-        need_scratch_pool(slot_pool, self._scratch, out)
-        self._scratch = slot_pool
-        self._max_ops_per_batch = max_ops_per_batch
-
-    def reserve_midstep(
-        self, seq: SequenceLike, positions: list[tuple[int, int]]
-    ) -> list[tuple[int, int, int]]:
-        """Borrow a scratch slot per ``(position, hash)``; returns ``(slot, pos, h)`` triples,
-        order-preserving, stopping (and counting one drop) at the first position with no
-        free slot. Hashes already queued, READY or pending are skipped.
-
-        Raises:
-            InvalidArgumentError: ``positions`` is not a list or tuple of ``(int, int)``
-                pairs, or ``seq`` is not a sequence.
-        """
-        if not isinstance(positions, (list, tuple)):
-            raise InvalidArgumentError(
-                f"positions must be a list or tuple of (int, int) pairs, got {positions!r}"
-            )
-        for item in positions:
-            if not (isinstance(item, tuple) and len(item) == 2 and all(map(_is_int, item))):
-                raise InvalidArgumentError(f"positions must be (int, int) pairs, got {item!r}")
-        need_sequence(seq)
-        if not (self.readable_midstep and self._applies(seq)) or self._scratch is None:
-            return []
-        queued = {h for h, _ in self._scratch_queued}
-        out = []
-        for pos, h in positions:
-            if h in queued or self.store.contains_or_pending(h):
-                continue
-            if not self._scratch.has_free():
-                self.checkpoints_dropped += 1
-                break
-            slot = self._scratch.pop()
-            self._step(T.SCRATCH, T.FREE, "reserve", to=T.S_RESERVED)
-            self._scratch_reserved[slot] = (pos, h)
-            out.append((slot, pos, h))
-        return out
-
-    def _need_reservations(self, reservations: list[tuple[int, int, int]]) -> None:
-        if not isinstance(reservations, (list, tuple)):
-            raise InvalidArgumentError(
-                f"reservations must be a list or tuple of (slot, pos, h), got {reservations!r}"
-            )
-        slots = []
-        for r in reservations:
-            if not (isinstance(r, tuple) and len(r) == 3 and all(map(_is_int, r))):
-                raise InvalidArgumentError(f"a reservation is (slot, pos, h) of ints, got {r!r}")
-            slots.append(r[0])
-        if len(set(slots)) != len(slots) or not set(slots) <= self._scratch_reserved.keys():
-            raise UnknownOperationError(
-                f"scratch slots {slots} are not all outstanding reservations of this coordinator"
-            )
-        for slot, pos, h in reservations:
-            if self._scratch_reserved[slot] != (pos, h):
-                raise StaleReservationError(
-                    f"scratch slot {slot} is reserved as {(slot, *self._scratch_reserved[slot])},"
-                    f" not {(slot, pos, h)}: that reservation is stale (already published or"
-                    " cancelled, and the slot lent again); use the triple the latest"
-                    " reserve_midstep returned"
-                )
-
-    def publish_midstep(self, reservations: list[tuple[int, int, int]], seq: object = None) -> None:
-        """The forward wrote the scratch slots: queue ``(h, slot)`` for the next drain.
-
-        Raises:
-            InvalidArgumentError: not a list or tuple of ``(slot, pos, h)`` int triples.
-            UnknownOperationError: a slot is not an outstanding reservation, or repeats.
-            StaleReservationError: a triple is not the one outstanding for its slot (an
-                earlier reservation of a slot lent again).
-        """
-        del seq
-        self._need_reservations(reservations)
-        for slot, _pos, h in reservations:
-            self._step(T.SCRATCH, T.S_RESERVED, "publish", to=T.S_QUEUED)
-            del self._scratch_reserved[slot]
-            self._scratch_queued.append((h, slot))
-
-    def cancel_midstep(self, reservations: list[tuple[int, int, int]]) -> None:
-        """The forward never ran: return the scratch slots.
-
-        Raises:
-            InvalidArgumentError, UnknownOperationError, StaleReservationError: as
-                :meth:`publish_midstep`.
-        """
-        self._need_reservations(reservations)
-        for slot, _pos, _h in reservations:
-            self._step(T.SCRATCH, T.S_RESERVED, "cancel", to=T.FREE)
-            del self._scratch_reserved[slot]
-            assert self._scratch is not None
-            self._scratch.release(slot)
-
-    def _take_scratch_stores(self, budget: int) -> None:
-        queued, self._scratch_queued = self._scratch_queued, []
-        for i, (h, slot) in enumerate(queued):
-            if budget <= 0:
-                for _ in queued[i:]:
-                    self._step(T.SCRATCH, T.S_QUEUED, "issue", "over_budget", to=T.S_QUEUED)
-                self._scratch_queued = queued[i:]
-                return
-            op = None
-            if not self.store.contains_or_pending(h):
-                op = self.store.begin_store(h, slot)
-            if op is None:
-                self._step(T.SCRATCH, T.S_QUEUED, "issue", "refused", to=T.FREE)
-                assert self._scratch is not None
-                self._scratch.release(slot)
-                self.checkpoints_dropped += 1
-                continue
-            self._step(T.SCRATCH, T.S_QUEUED, "issue", "begun", to=T.ISSUED)
-            self._store_ops.append(op)
-            self._scratch_issued.append(slot)
-            self.checkpoints_kept += 1
-            budget -= 1
-
     # -- admission ------------------------------------------------------------------------
 
     def resumable_hit(
@@ -283,7 +174,9 @@ class PagedStateCheckpointCoordinator(_Stepper):
         assume_checkpointed: bool = False,
     ) -> int:
         """Longest prefix (in blocks, ``<= hit``) whose boundary state can be produced, in HBM
-        or (optimistically) from the CPU tier; 0 when none (SPEC D.1 step 2).
+        or (optimistically) from the CPU tier; 0 when none (SPEC D.1 step 2). ``hit`` for a
+        sequence without per-request state; 0 for one with it when the coordinator is
+        disabled, since nothing could restore its slot (G14).
 
         Raises:
             InvalidArgumentError: ``hit`` negative or beyond ``len(block_hashes)``;
@@ -302,8 +195,10 @@ class PagedStateCheckpointCoordinator(_Stepper):
             if not _is_int(h):
                 raise InvalidArgumentError(f"a block hash must be an int, got {h!r}")
         need_sequence(seq)
-        if not self._applies(seq):
+        if not seq.has_per_req_cache:
             return hit
+        if not self.enabled:
+            return 0  # G14: fail closed
         for i in range(hit - 1, -1, -1):
             if assume_checkpointed or self._reachable(block_hashes[i]):
                 return i + 1
@@ -316,20 +211,54 @@ class PagedStateCheckpointCoordinator(_Stepper):
 
     # -- pending boundaries (SPEC D.1 steps 5, 6, 8, G1) ----------------------------------
 
-    def checkpoint(self, seq: SequenceLike, boundary_blocks: int, h: int) -> None:
-        """File boundary ``h`` of ``seq`` to be stored at the next drain from its slot.
+    def checkpoint(
+        self,
+        seq: SequenceLike,
+        boundary_blocks: int,
+        h: int,
+        *,
+        forward: int | None = None,
+        computed_blocks: int | None = None,
+    ) -> None:
+        """File boundary ``h`` of ``seq`` to be stored from its slot (SPEC D.1 step 5): at the
+        next drain, or with ``forward``, by the drain right after forward ``forward`` (D.13).
 
         At most one pending boundary per sequence survives: a different ``h`` supersedes
-        (and counts as dropped) every earlier one; re-filing the same ``h`` changes nothing
-        (G1). Ignored when checkpoints do not apply or ``seq.state_slot < 0``.
+        (and counts as dropped) every earlier one, and its forward replaces theirs;
+        re-filing the same ``h`` changes nothing, the first forward stays (G1). Ignored,
+        after every check, when checkpoints do not apply or ``seq.state_slot < 0``.
 
         Raises:
-            InvalidArgumentError: ``boundary_blocks`` not an int >= 0, ``h`` not an int, or
-                ``seq`` not a sequence.
+            InvalidArgumentError: ``boundary_blocks`` not an int >= 0, ``computed_blocks``
+                neither None nor an int >= 0, ``forward`` neither None nor an int >= 0,
+                ``h`` not an int, or ``seq`` not a sequence.
+            BoundaryRangeError: ``boundary_blocks`` is 0, or beyond ``computed_blocks``
+                (G13).
+            StaleBoundaryError: ``forward`` is below the latest drain's forward id: its
+                slot has been handed to a later forward (D.13).
         """
         _need_int("boundary_blocks", boundary_blocks, 0)
+        if boundary_blocks == 0:
+            raise BoundaryRangeError(
+                "boundary_blocks must be >= 1: a boundary of 0 blocks names no computed state (G13)"
+            )
+        if computed_blocks is not None:
+            _need_int("computed_blocks", computed_blocks, 0)
+            if boundary_blocks > computed_blocks:
+                raise BoundaryRangeError(
+                    f"boundary_blocks {boundary_blocks} is beyond the {computed_blocks}"
+                    " blocks computed (G13)"
+                )
+        fwd = need_forward("forward", forward)
         _need_int("h", h)
-        if need_sequence(seq) < 0 or not self._applies(seq):
+        slot = need_sequence(seq)
+        last = self._last_forward
+        if fwd is not None and last is not None and fwd < last:
+            raise StaleBoundaryError(
+                f"boundary {h} names forward {fwd}, but the latest drain was for forward"
+                f" {last}: its slot has been handed to a later forward (D.13)"
+            )
+        if slot < 0 or not self._applies(seq):
             return
         key = (id(seq), h)
         if key in self._pending:
@@ -337,12 +266,37 @@ class PagedStateCheckpointCoordinator(_Stepper):
         stale = [k for k in self._pending if k[0] == id(seq)]
         for k in stale:
             del self._pending[k]
+            self._pending_forward.pop(k, None)
         self.checkpoints_dropped += len(stale)
         self._pending[key] = (seq, h)
+        if fwd is not None:
+            self._pending_forward[key] = fwd
+
+    def _owned_restore(self, seq: SequenceLike) -> int | None:
+        """The slot of ``seq``'s remembered restore while it is still valid (G15), else None."""
+        for owner, slot, entry in self._restore_owners:
+            if owner is seq and self.store._queued_entry(slot) is entry:
+                return slot
+        return None
+
+    def _slot_owned_by_other(self, slot: int, seq: SequenceLike) -> bool:
+        entry = self.store._queued_entry(slot)
+        return entry is not None and any(
+            owner is not seq and s == slot and e is entry for owner, s, e in self._restore_owners
+        )
+
+    def _valid_owners(self) -> list[tuple[SequenceLike, int, object]]:
+        return [
+            (owner, slot, entry)
+            for owner, slot, entry in self._restore_owners
+            if self.store._queued_entry(slot) is entry
+        ]
 
     def forget_pending(self, seq: SequenceLike) -> None:
-        """``seq`` is leaving its slot: drop its pending boundaries (not counted) and cancel
-        the queued restore into its slot.
+        """``seq`` is leaving its slot (SPEC D.1 step 8): drop its pending boundary (not
+        counted) and cancel its queued restore: the one ``begin_restore(..., seq=seq)``
+        queued, into whatever slot it names (G15); with none, the queued restore into
+        ``seq.state_slot`` when that is ``>= 0`` and no other sequence's restore it is.
 
         Raises:
             InvalidArgumentError: ``seq`` is not a sequence (``state_slot`` not an int,
@@ -351,27 +305,99 @@ class PagedStateCheckpointCoordinator(_Stepper):
         slot = need_sequence(seq)
         for k in [k for k in self._pending if k[0] == id(seq)]:
             del self._pending[k]
-        if slot >= 0:
+            self._pending_forward.pop(k, None)
+        owned = self._owned_restore(seq)
+        self._restore_owners = [
+            (owner, s, e) for owner, s, e in self._valid_owners() if owner is not seq
+        ]
+        if owned is not None:
+            self.store.cancel_queued_restore(owned)
+        elif slot >= 0 and not self._slot_owned_by_other(slot, seq):
             self.store.cancel_queued_restore(slot)
 
     def restore_queued_for(self, dst_slot: int) -> bool:
         """Whether a queued restore will write ``dst_slot`` (evidence for a claimed hit, S9)."""
         return self.store.restore_queued_for(dst_slot)
 
-    def begin_restore(self, h: int, dst_slot: int) -> bool:
-        """Queue a restore of ``h`` into ``dst_slot``; False when ``h`` is not READY."""
-        return self.store.begin_restore(h, dst_slot) is not None
+    def begin_restore(self, h: int, dst_slot: int, *, seq: SequenceLike | None = None) -> bool:
+        """Queue a restore of ``h`` into ``dst_slot`` (SPEC D.1 step 3, B.3 row 4); False
+        when ``h`` is not READY. With ``seq``, the restore is remembered for it until a
+        drain takes it, or it is cancelled or suspended (G15).
+
+        Raises:
+            InvalidArgumentError: ``h`` not an int, ``dst_slot`` not an int >= 0, ``seq``
+                neither None nor a sequence.
+            SlotBusyError: ``dst_slot`` is lent as midstep scratch (G12); ``seq`` already
+                has a queued restore remembered (G15); ``dst_slot`` already has a queued,
+                in-flight or suspended restore (G4).
+        """
+        _need_int("prefix_hash", h)
+        _need_int("dst_slot", dst_slot, 0)
+        if seq is not None:
+            need_sequence(seq)
+        if self._scratch_held(dst_slot):
+            raise SlotBusyError(
+                f"slot {dst_slot} is lent as midstep scratch; a slot is one buffer whoever"
+                " lends it (G12)"
+            )
+        if seq is not None and self._owned_restore(seq) is not None:
+            raise SlotBusyError(
+                "the sequence already has a queued restore (begin_restore with seq=); forget or"
+                " take it first (G15)"
+            )
+        if self.store.begin_restore(h, dst_slot) is None:
+            return False
+        if seq is not None:
+            self._restore_owners = self._valid_owners()
+            self._restore_owners.append((seq, dst_slot, self.store._queued_entry(dst_slot)))
+        return True
+
+    @property
+    def last_forward(self) -> int | None:
+        """The forward id of the latest drain, None before the first (SPEC D.13)."""
+        return self._last_forward
+
+    @property
+    def next_forward(self) -> int:
+        """The forward id a drain without ``forward=`` takes: ``last_forward + 1``, 0 for the
+        first drain (SPEC D.13)."""
+        return 0 if self._last_forward is None else self._last_forward + 1
 
     def take_checkpoint_ops(
-        self,
+        self, *, forward: int | None = None
     ) -> tuple[tuple[CheckpointStoreOp, ...], tuple[CheckpointRestoreOp, ...]]:
-        """The drain of a non-empty batch: begin the pending boundary stores, take the queued
-        restores, then begin queued scratch stores within the per-batch budget (SPEC D.1 step 6).
-        Returns ``(stores, restores)`` for this batch's copy launch."""
+        """The drain of a non-empty batch, before forward ``forward`` (``next_forward`` when
+        not given): begin the pending boundary stores, take the queued restores, then begin
+        queued scratch stores within the per-batch budget (SPEC D.1 step 6, D.13). A
+        boundary filed with a forward is stored only when that forward is the one drained
+        last before this drain; a later one stays pending, an earlier one is dropped
+        (counted). Returns ``(stores, restores)`` for this batch's copy launch.
+
+        Raises:
+            InvalidArgumentError: ``forward`` is not an int >= 0 greater than
+                ``last_forward``, or a pending sequence's ``state_slot`` is not an int;
+                nothing changed.
+        """
+        fwd = need_forward("forward", forward)
+        prev = self._last_forward
+        if fwd is not None and prev is not None and fwd <= prev:
+            raise InvalidArgumentError(
+                f"forward {fwd} must be greater than the latest drain's forward {prev} (D.13)"
+            )
         for seq, _h in self._pending.values():
             sequence_slot(seq)  # every slot is read before anything changes (G8)
+        self._last_forward = fwd if fwd is not None else self.next_forward
         pending, self._pending = self._pending, {}
-        for seq, h in pending.values():
+        forwards, self._pending_forward = self._pending_forward, {}
+        for key, (seq, h) in pending.items():
+            f = forwards.get(key)
+            if f is not None and (prev is None or f > prev):
+                self._pending[key] = (seq, h)  # its forward has not run yet
+                self._pending_forward[key] = f
+                continue
+            if f is not None and prev is not None and f < prev:
+                self.checkpoints_dropped += 1  # its slot went to a later forward
+                continue
             src = sequence_slot(seq)
             if src < 0 or self.store.contains_or_pending(h):
                 continue
@@ -382,22 +408,53 @@ class PagedStateCheckpointCoordinator(_Stepper):
             self._store_ops.append(op)
             self.checkpoints_kept += 1
         restores = self.store.take_restore_ops()
+        self._restore_owners = []  # every queued restore was taken
         if self._scratch_queued:
             self._take_scratch_stores(
-                self._max_ops_per_batch - len(self._store_ops) - len(restores)
+                self._max_ops_per_batch - len(self._store_ops) - len(restores), prev
             )
         stores, self._store_ops = self._store_ops, []
         return tuple(stores), restores
 
-    def complete_previous_batch(self) -> None:
-        """Top of a pass: the last drain's batch was issued. Publish its stores, release its
-        restore pins and return its scratch slots (SPEC D.1 step 1)."""
-        self.store.complete_inflight()
+    def complete_previous_batch(self, completion: CompletionToken | None = None) -> None:
+        """Top of a pass: the last drain's batch was issued. Publish its stores (unsettled
+        until ``completion`` reports done, settled at once without one, D.13), release its
+        restore pins and return its scratch slots (SPEC D.1 step 1).
+
+        Raises:
+            InvalidArgumentError: ``completion`` is neither None nor a token.
+            Whatever a token's ``query()`` raises; nothing changed.
+        """
+        need_completion(completion)
+        self.store.complete_inflight(completion)
         issued, self._scratch_issued = self._scratch_issued, []
         for slot in issued:
             self._step(T.SCRATCH, T.ISSUED, "complete", to=T.FREE)
             assert self._scratch is not None
             self._scratch.release(slot)
+
+    def settle_completions(self, wait: bool = False) -> int:
+        """See :meth:`PageUnitCheckpointStore.settle_completions` (SPEC B.3 row 24, D.13)."""
+        return self.store.settle_completions(wait)
+
+    def outstanding(self) -> dict[str, int]:
+        """What the store and the coordinator still hold, in O(1) (SPEC D.13, G17): the
+        store's counts plus pending boundaries, transfer reservations and scratch slots
+        reserved, queued and issued."""
+        out = self.store.outstanding()
+        out.update(
+            pending_boundaries=len(self._pending),
+            transfers=len(self._transfer_units),
+            scratch_reserved=len(self._scratch_reserved),
+            scratch_queued=len(self._scratch_queued),
+            scratch_issued=len(self._scratch_issued),
+        )
+        return out
+
+    def is_idle(self) -> bool:
+        """Whether nothing but completion tokens is outstanding (SPEC D.13, G17): an image
+        waiting for its token is not work the engine owes."""
+        return all(n == 0 for k, n in self.outstanding().items() if k != "completions")
 
     def has_available_units(self, count: int, protected_hash: int | None = None) -> bool:
         """See :meth:`PageUnitCheckpointStore.has_available_units`."""
@@ -477,11 +534,27 @@ class PagedStateCheckpointCoordinator(_Stepper):
         return adopted
 
     def suspend_queued_restore(self, dst_slot: int) -> SuspendedCheckpointRestore | None:
-        """See :meth:`PageUnitCheckpointStore.suspend_queued_restore`."""
-        return self.store.suspend_queued_restore(dst_slot)
+        """See :meth:`PageUnitCheckpointStore.suspend_queued_restore`. A restore remembered
+        for a sequence is forgotten (G15): resumed, it is nobody's."""
+        lease = self.store.suspend_queued_restore(dst_slot)
+        if lease is not None:
+            self._restore_owners = self._valid_owners()
+        return lease
 
     def resume_suspended_restore(self, restore: SuspendedCheckpointRestore) -> None:
-        """See :meth:`PageUnitCheckpointStore.resume_suspended_restore`."""
+        """See :meth:`PageUnitCheckpointStore.resume_suspended_restore`.
+
+        Raises:
+            SlotBusyError: first, the lease's slot is lent as midstep scratch (G12),
+                nothing changed; then as the store's.
+        """
+        if isinstance(restore, SuspendedCheckpointRestore):
+            slot = getattr(restore.op, "dst_slot", None)
+            if isinstance(slot, int) and self._scratch_held(slot):
+                raise SlotBusyError(
+                    f"slot {slot} is lent as midstep scratch; a slot is one buffer whoever"
+                    " lends it (G12)"
+                )
         self.store.resume_suspended_restore(restore)
 
     def release_suspended_restore(self, restore: SuspendedCheckpointRestore) -> None:
@@ -534,20 +607,6 @@ class PagedStateCheckpointCoordinator(_Stepper):
 
     # -- index changes (SPEC D.1 steps 9, 10, G5) -----------------------------------------
 
-    def _orphan_scratch(self, match: Callable[[int], bool]) -> int:
-        keep = []
-        dropped = 0
-        for h, slot in self._scratch_queued:
-            if match(h):
-                self._step(T.SCRATCH, T.S_QUEUED, "orphan", to=T.FREE)
-                assert self._scratch is not None
-                self._scratch.release(slot)
-                dropped += 1
-            else:
-                keep.append((h, slot))
-        self._scratch_queued = keep
-        return dropped
-
     def unindex(self, h: int) -> None:
         """The KV prefix ``h`` was evicted: drop every pending boundary and queued scratch
         store of ``h`` (G5) and unindex its checkpoint; counts one orphan if anything went."""
@@ -555,6 +614,7 @@ class PagedStateCheckpointCoordinator(_Stepper):
         stale = [k for k, (_, ph) in self._pending.items() if ph == h]
         for k in stale:
             del self._pending[k]
+            self._pending_forward.pop(k, None)
         scratch = self._orphan_scratch(lambda qh: qh == h)
         removed = self.store.unindex(h)
         if stale or scratch or removed:
@@ -564,6 +624,7 @@ class PagedStateCheckpointCoordinator(_Stepper):
         """Admin reset: drop pending boundaries and queued scratch stores (their slots return,
         one orphan counted if any, G5) and clear the store. Transfers and leases survive."""
         self._pending.clear()
+        self._pending_forward.clear()
         if self._orphan_scratch(lambda _h: True):
             self.checkpoints_orphaned += 1
         self.store.clear()
@@ -596,6 +657,18 @@ class PagedStateCheckpointCoordinator(_Stepper):
             checkpoints_dropped=self.checkpoints_dropped,
             checkpoints_orphaned=self.checkpoints_orphaned,
             scratch_free=_free_slots(self._scratch),
+            last_forward=self._last_forward,
+            boundary_forwards=tuple(
+                (k[0], self._pending_forward[k])
+                for k in self._pending
+                if k in self._pending_forward
+            ),
+            scratch_forwards=tuple(
+                (slot, self._scratch_forward[slot])
+                for _h, slot in self._scratch_queued
+                if slot in self._scratch_forward
+            ),
+            restore_owners=tuple((id(seq), slot) for seq, slot, _e in self._valid_owners()),
         )
 
 

@@ -71,10 +71,18 @@ class UnitPool:
             if (held_by is owner or held_by == owner) and _owner_kind(held_by) == kind
         )
 
-    def _need_unit(self, unit: int) -> None:
-        _need_int("unit id", unit, 0)
-        if unit >= self.num_units:
-            raise InvalidArgumentError(f"unit {unit} is outside the pool of {self.num_units}")
+    def _need_unit(self, unit: object) -> None:
+        """G16: a unit id is an int in ``[0, num_units)``; the error names the pool's range.
+
+        Raises:
+            InvalidArgumentError: not an int, or outside the range.
+        """
+        _need_int("unit id", unit)
+        assert isinstance(unit, int)
+        if not 0 <= unit < self.num_units:
+            raise InvalidArgumentError(
+                f"unit {unit} is outside the pool's range [0, {self.num_units}) (G16)"
+            )
 
     @property
     def num_free(self) -> int:
@@ -125,9 +133,7 @@ class UnitPool:
                 f"unit_ids must be an iterable of unit ids, got {unit_ids!r}"
             ) from exc
         for u in ids:
-            _need_int("unit id", u, 0)
-            if u >= self.num_units:
-                raise InvalidArgumentError(f"unit {u} is outside the pool of {self.num_units}")
+            self._need_unit(u)
         self._dirty.difference_update(ids)
 
     def reserve_units(self, count: int, owner: Hashable) -> list[int] | None:
@@ -156,7 +162,7 @@ class UnitPool:
             )
         ids = tuple(unit_ids)
         for u in ids:
-            _need_int("unit id", u, 0)
+            self._need_unit(u)  # G16: outside the pool is a bad id, not a wrong owner
         if len(set(ids)) != len(ids):
             raise DuplicateUnitError(f"unit ids repeat: {list(ids)}")
         if owner is None:
@@ -178,8 +184,8 @@ class UnitPool:
         """Release a whole reservation, every unit in piece order (G9).
 
         Raises:
-            DuplicateUnitError, InvalidArgumentError: malformed ids or owner (None or
-                unhashable).
+            DuplicateUnitError, InvalidArgumentError: malformed ids (not ints, or outside
+                ``[0, num_units)``, G16) or owner (None or unhashable).
             StoreOwnedUnitsError: ``owner`` is a store owner and the store is not calling.
             WrongOwnerError: a unit is not tagged ``(owner, position)``.
             PartialReleaseError: the owner holds more units than named.

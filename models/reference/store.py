@@ -2,7 +2,8 @@
 section G): its state and record machine come from :class:`~.store_core._StoreCore`,
 restores from :class:`~.store_restores._Restores`, the CPU tier from
 :class:`~.store_offload._Offload`; this module holds the stores (eviction for room,
-``begin_store``, the batch completion), the index changes and adoption, and the snapshot."""
+``begin_store``, the batch completion with its completion token, SPEC D.13), the index
+changes and adoption, and the snapshot."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from typing import Any
 
 from pagedstate.spec import tables as T
 from pagedstate.spec.errors import InvalidArgumentError, StoreOwnedUnitsError
+from pagedstate.spec.protocols import need_completion
 from pagedstate.spec.snapshot import OffloadPinView, RecordView, Snapshot
-from pagedstate.spec.types import CHECKPOINT_OWNER, CheckpointStoreOp
+from pagedstate.spec.types import CHECKPOINT_OWNER, CheckpointStoreOp, CompletionToken
 
 from ._common import _is_checkpoint_owner, _is_dirtying, _need_int
 from .store_core import _Record
@@ -53,7 +55,8 @@ class PageUnitCheckpointStore(_Restores, _Offload):
 
         Returns the op for this batch's copy launch, or ``None`` (nothing changed beyond LRU
         evictions that made room) when the hash is READY or pending or no units can be had.
-        The record is COPYING, invisible to lookup, until the next ``complete_inflight``.
+        The record is COPYING, invisible to lookup and unsettled (D.13), until the next
+        ``complete_inflight``.
         """
         _need_int("prefix_hash", prefix_hash)
         _need_int("src_slot", src_slot, 0)
@@ -75,10 +78,26 @@ class PageUnitCheckpointStore(_Restores, _Offload):
         self._inflight_stores.append(cid)
         return CheckpointStoreOp(src_slot, tuple(units), self.spec.image_bytes, self.spec.layout_id)
 
-    def complete_inflight(self) -> None:
+    def complete_inflight(self, completion: CompletionToken | None = None) -> None:
         """The batch that carried the last drain's ops has been issued: publish its stores
-        (COPYING -> READY, or release EVICTING and duplicates) and release its restore pins
-        (SPEC B.3 rows 2, 3)."""
+        (COPYING -> READY, or release EVICTING and duplicates), settle the records of the
+        outstanding tokens that report done, and release its restore pins (SPEC B.3 rows
+        2, 3, 24; D.13).
+
+        Every outstanding token and ``completion`` are asked ``query()`` first, before any
+        change. A record published here is settled at once without ``completion`` or when
+        ``completion`` already reports done; otherwise it is unsettled and listed by a new
+        completion entry (kept only if it lists a record) until the token reports done.
+
+        Raises:
+            InvalidArgumentError: ``completion`` is neither None nor a token (callable
+                ``query`` and ``synchronize``); nothing changed.
+            Whatever a token's ``query()`` raises; nothing changed.
+        """
+        need_completion(completion)
+        done = self._poll_completions()
+        fresh_done = completion is None or bool(completion.query())
+        listed: list[int] = []
         inflight, self._inflight_stores = self._inflight_stores, []
         for cid in inflight:
             rec = self.records.get(cid)
@@ -92,8 +111,15 @@ class PageUnitCheckpointStore(_Restores, _Offload):
                 self._apply(cid, rec, self._step(T.RECORD, T.COPYING, "dedup"))
             else:
                 self._apply(cid, rec, self._step(T.RECORD, T.COPYING, "publish"))
+                rec.settled = fresh_done
+                if not fresh_done:
+                    listed.append(cid)
                 if self._offload_sink:
                     self._queue_offload_store(cid)
+        self._settle(done)
+        if listed:
+            assert completion is not None
+            self._completions.append((completion, listed))
         restores, self._inflight_restores = self._inflight_restores, []
         for cid, _op in restores:
             self._step(T.RESTORE, T.IN_FLIGHT, "complete", to=T.DONE)
@@ -128,8 +154,7 @@ class PageUnitCheckpointStore(_Restores, _Offload):
             plan.append((cid, rec, self._guarded_step(rec, "clear")))
         had_ready = bool(self.hash_to_checkpoint)
         for _cid, rec, row in plan:
-            rec.phase = row.next
-            rec.pin_count += row.pin_delta
+            self._set_phase(rec, row)
         self.hash_to_checkpoint.clear()
         self._pending_by_hash.clear()
         self._lru.clear()
@@ -143,7 +168,8 @@ class PageUnitCheckpointStore(_Restores, _Offload):
         """Make a completed external image the READY record of ``prefix_hash`` by retagging
         ``owner``'s units, with no window in which they are free (SPEC B.3 row 13). If the
         hash is READY or pending, the units are released and False returned. Not nominated
-        for offload. Identities are taken only after nothing can fail (G8).
+        for offload. Settled at once: the receiver waited for its transfer (D.13).
+        Identities are taken only after nothing can fail (G8).
 
         Raises:
             InvalidArgumentError: wrong unit count or argument types.
@@ -174,7 +200,7 @@ class PageUnitCheckpointStore(_Restores, _Offload):
             self.pool.rekey_units(unit_ids, owner, (CHECKPOINT_OWNER, cid))
         self._next_checkpoint_id += 1
         row = self._step(T.RECORD, T.ABSENT, "adopt")
-        rec = _Record(prefix_hash, tuple(unit_ids), T.ABSENT)
+        rec = _Record(prefix_hash, tuple(unit_ids), T.ABSENT, settled=True)  # D.13: settled
         self.records[cid] = rec
         self._apply(cid, rec, row)
         return True
@@ -193,7 +219,7 @@ class PageUnitCheckpointStore(_Restores, _Offload):
             tags=tags,
             cached=self.pool.cached_units(),
             records={
-                c: RecordView(r.prefix_hash, r.unit_ids, r.phase, r.pin_count)
+                c: RecordView(r.prefix_hash, r.unit_ids, r.phase, r.pin_count, r.settled)
                 for c, r in self.records.items()
             },
             index=dict(self.hash_to_checkpoint),
@@ -223,5 +249,6 @@ class PageUnitCheckpointStore(_Restores, _Offload):
             evictions=self.evictions,
             offload_pins_reclaimed=self.offload_pins_reclaimed,
             offload_nominations_dropped=self.offload_nominations_dropped,
+            completions=tuple(tuple(cids) for _token, cids in self._completions),
             **coordinator_fields,
         )

@@ -1,8 +1,9 @@
 """The reference store's state and record machine (SPEC B.1, B.3): :class:`_StoreCore`, the
 base of :class:`~.store.PageUnitCheckpointStore` and of its topic mixins
 (:mod:`.store_restores`, :mod:`.store_offload`). It holds the constructor and the copy,
-the lookups, the LRU walk for room, and the effects every record row applies (phase, pins,
-index, units), with the record and offload-pin entries :class:`_Record` and
+the lookups, the LRU walk for room, the effects every record row applies (phase, pins,
+index, units), the completion tokens and their settle (SPEC B.3 row 24, D.13), and
+``outstanding()`` (G17), with the record and offload-pin entries :class:`_Record` and
 :class:`_OffloadPin`."""
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pagedstate.spec.tables import Row
 from pagedstate.spec.types import (
     CHECKPOINT_OWNER,
     CheckpointRestoreOp,
+    CompletionToken,
     PagedStateCheckpointSpec,
     StateStoreOperationId,
 )
@@ -45,16 +47,27 @@ from .pool import UnitPool
 
 
 class _Record:
-    __slots__ = ("prefix_hash", "unit_ids", "phase", "pin_count")
+    """A record: ``settled`` is whether the copy that made its image is known done (SPEC
+    D.13): false while COPYING and while its completion token has not reported done."""
 
-    def __init__(self, prefix_hash: int, unit_ids: tuple[int, ...], phase: str, pin_count: int = 0):
+    __slots__ = ("prefix_hash", "unit_ids", "phase", "pin_count", "settled")
+
+    def __init__(
+        self,
+        prefix_hash: int,
+        unit_ids: tuple[int, ...],
+        phase: str,
+        pin_count: int = 0,
+        settled: bool = False,
+    ):
         self.prefix_hash = prefix_hash
         self.unit_ids = unit_ids
         self.phase = phase
         self.pin_count = pin_count
+        self.settled = settled
 
     def copy(self) -> _Record:
-        return _Record(self.prefix_hash, self.unit_ids, self.phase, self.pin_count)
+        return _Record(self.prefix_hash, self.unit_ids, self.phase, self.pin_count, self.settled)
 
 
 class _OffloadPin:
@@ -127,6 +140,9 @@ class _StoreCore(_Stepper):
         self._forfeited: dict[StateStoreOperationId, None] = {}
         self._forfeit_bound = forfeit_bound
         self._forfeit_watermark = 0
+        # SPEC D.13: per completion token not yet seen done, in the order the completions
+        # were called, the cids it published (in publish order; stale cids are skipped).
+        self._completions: list[tuple[CompletionToken, list[int]]] = []
 
     # -- copying (for the explorer) -------------------------------------------------------
 
@@ -147,6 +163,7 @@ class _StoreCore(_Stepper):
         c._offload_ready = deque(self._offload_ready)
         c._offload_pins = {k: p.copy() for k, p in self._offload_pins.items()}
         c._forfeited = dict(self._forfeited)
+        c._completions = [(token, list(cids)) for token, cids in self._completions]  # shared
         return c
 
     # -- reading --------------------------------------------------------------------------
@@ -218,8 +235,7 @@ class _StoreCore(_Stepper):
     def _apply(self, cid: int, rec: _Record, row: Row) -> None:
         """Apply a record row's effects: phase, pins, index, units."""
         h = rec.prefix_hash
-        rec.phase = row.next
-        rec.pin_count += row.pin_delta
+        self._set_phase(rec, row)
         if row.index == "pending":
             self._pending_by_hash[h] = cid
         elif row.index == "unpending":
@@ -240,6 +256,14 @@ class _StoreCore(_Stepper):
         if row.units == "release":
             self._release_record(cid)
 
+    @staticmethod
+    def _set_phase(rec: _Record, row: Row) -> None:
+        """A row's phase and pin change. A COPYING record that becomes EVICTING (unindexed
+        or cleared in flight) stays unsettled: its copy has not run, no completion will list
+        it (it is released when its batch completes) and no reader can pin it (C.26)."""
+        rec.phase = row.next
+        rec.pin_count += row.pin_delta
+
     def _release_record(self, cid: int) -> None:
         rec = self.records.pop(cid)
         if cid in self._lru:
@@ -252,13 +276,20 @@ class _StoreCore(_Stepper):
             self.pool.release_units(rec.unit_ids, (CHECKPOINT_OWNER, cid))
 
     def _guarded_step(self, rec: _Record, event: str) -> Row:
-        """The record row ``event`` takes on ``rec``, its guard read off the table."""
-        guard = guard_by_table(rec.phase, event, rec.pin_count)
+        """The record row ``event`` takes on ``rec``, its guard read off the table (pins, and
+        for a host reader's pin the ``settled`` flag, SPEC D.13)."""
+        guard = guard_by_table(rec.phase, event, rec.pin_count, rec.settled)
         return self._step(T.RECORD, rec.phase, event, guard)
 
     def _pin(self, cid: int, kind: str) -> None:
+        """Pin ``cid`` for a reader of ``kind`` (restore, offload, lease).
+
+        Raises:
+            IllegalTransitionError: no row: the record is not READY (G11), or a host
+                reader's pin on an unsettled image (D.13).
+        """
         rec = self.records[cid]
-        row = self._step(T.RECORD, rec.phase, f"pin_{kind}")
+        row = self._guarded_step(rec, f"pin_{kind}")
         self._apply(cid, rec, row)
 
     def _unpin(self, cid: int, kind: str) -> None:
@@ -275,3 +306,59 @@ class _StoreCore(_Stepper):
         row = self._guarded_step(rec, "evict")
         self._apply(cid, rec, row)
         self.evictions += 1
+
+    # -- completion tokens (SPEC B.3 row 24, D.13) ---------------------------------------
+
+    def _poll_completions(self, wait: bool = False) -> list[bool]:
+        """Ask every outstanding token, in order, whether it is done (with ``wait``,
+        ``synchronize()`` each first). Changes nothing in the store; an error propagates."""
+        tokens = [token for token, _cids in self._completions]
+        if wait:
+            for token in tokens:
+                token.synchronize()
+        return [bool(token.query()) for token in tokens]
+
+    def _settle(self, done: list[bool]) -> int:
+        """Settle what the first ``len(done)`` outstanding tokens that answered done listed
+        (READY/EVICTING + settle, a self-loop; no generation bump) and forget those tokens;
+        later entries are kept. Returns the number of records settled (B.3 row 24)."""
+        polled, rest = self._completions[: len(done)], self._completions[len(done) :]
+        keep: list[tuple[CompletionToken, list[int]]] = []
+        settled = 0
+        for (token, cids), is_done in zip(polled, done, strict=True):
+            if not is_done:
+                keep.append((token, cids))
+                continue
+            for cid in cids:
+                rec = self.records.get(cid)
+                if rec is None or rec.settled:
+                    continue  # gone meanwhile
+                self._apply(cid, rec, self._step(T.RECORD, rec.phase, "settle"))
+                rec.settled = True
+                settled += 1
+        self._completions = keep + rest
+        return settled
+
+    def settle_completions(self, wait: bool = False) -> int:
+        """Settle every record whose completion token reports done (SPEC B.3 row 24, D.13):
+        with ``wait``, ``synchronize()`` every outstanding token first, in order; then ask
+        each ``query()``, all before any change. Tokens may report done in any order.
+        Returns the number of records settled.
+
+        Raises:
+            Whatever a token's ``query()`` or ``synchronize()`` raises; nothing settled.
+        """
+        return self._settle(self._poll_completions(bool(wait)))
+
+    def outstanding(self) -> dict[str, int]:
+        """What the store still holds, in O(1) (SPEC D.13, G17): queued, in-flight and
+        suspended restores, in-flight stores, offload and lease operations (source-released
+        ones included) and the completion tokens not yet seen done."""
+        return {
+            "queued_restores": len(self._queued_restores),
+            "inflight_restores": len(self._inflight_restores),
+            "suspended_restores": len(self._suspended),
+            "inflight_stores": len(self._inflight_stores),
+            "offload_operations": len(self._offload_pins),
+            "completions": len(self._completions),
+        }

@@ -1,6 +1,6 @@
 """The reference store's CPU-tier side (SPEC B.3 rows 15-21, G7): nominations, offload stores
-and leases pinned while the tier reads them, their two-phase reports, the stale-pin
-reclaimer and the forfeit memory ``was_reclaimed`` answers from. A mixin of
+and leases pinned while the tier reads them (settled images only, D.13), their two-phase
+reports, the stale-pin reclaimer and the forfeit memory ``was_reclaimed`` answers from. A mixin of
 :class:`~.store.PageUnitCheckpointStore`."""
 
 from __future__ import annotations
@@ -78,20 +78,29 @@ class _Offload(_StoreCore):
         self, max_inflight: int
     ) -> list[tuple[StateStoreOperationId, tuple[int, ...]]]:
         """Hand nominated READY images to the CPU tier, pinning each, while fewer than
-        ``max_inflight`` operations are outstanding (SPEC B.3 row 15). A nominee whose hash
-        already has an operation is deferred to the front of the queue, in order."""
+        ``max_inflight`` operations are outstanding (SPEC B.3 row 15). Settles first (row
+        24). A nominee whose hash already has an operation, or whose record is not settled
+        (D.13), is deferred to the front of the queue, in order.
+
+        Raises:
+            InvalidArgumentError: ``max_inflight`` is not an int >= 0.
+            Whatever a completion token's ``query()`` or the clock raises; nothing changed.
+        """
         _need_int("max_inflight", max_inflight, 0)
-        out = []
-        deferred: list[int] = []
-        # Read once, before any nominee is taken: a failing clock changes nothing.
+        done = self._poll_completions()
+        # Read once, before any nominee is taken: a failing clock changes nothing (the
+        # settle has not run yet either; it changes neither the backlog nor the operations).
         busy = self._offload_ready and len(self._offload_pins) < max_inflight
         now = read_clock(self.clock) if busy else 0.0
+        self._settle(done)
+        out = []
+        deferred: list[int] = []
         while self._offload_ready and len(self._offload_pins) < max_inflight:
             cid = self._offload_ready.popleft()
             rec = self.records.get(cid)
             if rec is None or rec.phase != T.READY:
                 continue
-            if self._hash_in_flight(rec.prefix_hash):
+            if self._hash_in_flight(rec.prefix_hash) or not rec.settled:
                 deferred.append(cid)
                 continue
             out.append(self._pin_offload_source(cid, timeout_reclaimable=True, now=now))
@@ -102,17 +111,36 @@ class _Offload(_StoreCore):
         self, prefix_hash: int, *, max_inflight: int | None = None
     ) -> tuple[StateStoreOperationId, tuple[int, ...]] | None:
         """Lease ``prefix_hash``'s READY image for an external transfer (SPEC B.3 row 16).
-        Never timed out; release and settle it like an offload store. ``None`` when over
-        ``max_inflight`` outstanding operations, not READY, or the hash has an operation."""
+        Never timed out; release and settle it like an offload store. Settles first (row
+        24). ``None`` when over ``max_inflight`` outstanding operations, not READY, not
+        settled (D.13), or the hash has an operation.
+
+        Raises:
+            InvalidArgumentError: ``prefix_hash`` not an int, ``max_inflight`` neither None
+                nor an int >= 0.
+            Whatever a completion token's ``query()`` or the clock raises; nothing changed.
+        """
         _need_int("prefix_hash", prefix_hash)
         if max_inflight is not None:
             _need_int("max_inflight", max_inflight, 0)
-            if len(self._offload_pins) >= max_inflight:
-                return None
+        done = self._poll_completions()
         cid = self.lookup(prefix_hash)
-        if cid < 0 or self._hash_in_flight(prefix_hash):
+        will_settle = {
+            c
+            for (_token, cids), ok in zip(self._completions, done, strict=True)
+            if ok
+            for c in cids
+        }
+        if (
+            (max_inflight is not None and len(self._offload_pins) >= max_inflight)
+            or cid < 0
+            or not (self.records[cid].settled or cid in will_settle)
+            or self._hash_in_flight(prefix_hash)
+        ):
+            self._settle(done)
             return None
         now = read_clock(self.clock)  # before any change: a failing clock changes nothing
+        self._settle(done)
         return self._pin_offload_source(cid, timeout_reclaimable=False, now=now)
 
     def _need_op(self, op: object) -> StateStoreOperationId:

@@ -29,6 +29,14 @@ class _Restores(_StoreCore):
         _need_int("dst_slot", dst_slot)
         return any(op.dst_slot == dst_slot for _, op in self._queued_restores)
 
+    def _queued_entry(self, dst_slot: int) -> tuple[int, CheckpointRestoreOp] | None:
+        """The queued restore entry into ``dst_slot`` (an object the coordinator remembers
+        by identity, G15; a resumed restore is a new entry), or None."""
+        for entry in self._queued_restores:
+            if entry[1].dst_slot == dst_slot:
+                return entry
+        return None
+
     def _slot_busy(self, dst_slot: int) -> bool:
         return (
             any(op.dst_slot == dst_slot for _, op in self._queued_restores)
@@ -76,8 +84,8 @@ class _Restores(_StoreCore):
         _need_int("dst_slot", dst_slot)
         keep: list[tuple[int, CheckpointRestoreOp]] = []
         drop: list[tuple[int, CheckpointRestoreOp]] = []
-        for cid, op in self._queued_restores:
-            (drop if op.dst_slot == dst_slot else keep).append((cid, op))
+        for entry in self._queued_restores:  # the entries themselves: G15 knows them by identity
+            (drop if entry[1].dst_slot == dst_slot else keep).append(entry)
         self._queued_restores = keep
         for cid, _op in drop:
             self._step(T.RESTORE, T.QUEUED, "cancel", to=T.CANCELLED)

@@ -133,9 +133,7 @@ def _store_module(impl: ModuleType | str) -> ModuleType:
         try:
             impl = importlib.import_module(impl)
         except (ImportError, ValueError, TypeError) as e:
-            hint = (
-                " (is its folder on PYTHONPATH?)" if isinstance(e, ModuleNotFoundError) else ""
-            )
+            hint = " (is its folder on PYTHONPATH?)" if isinstance(e, ModuleNotFoundError) else ""
             raise ReplayError(f"store module {impl!r}: cannot import it ({e}){hint}") from None
     missing = [n for n in ("UnitPool", "PagedStateCheckpointCoordinator") if not hasattr(impl, n)]
     if missing:
