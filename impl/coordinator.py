@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from pagedstate.spec import tables as T
 from pagedstate.spec.errors import EvictionCallbackError, InvalidArgumentError
-from pagedstate.spec.protocols import need_coordinator_args
+from pagedstate.spec.protocols import need_coordinator_args, need_offload_index
 from pagedstate.spec.sequences import need_sequence
 from pagedstate.spec.snapshot import Snapshot
 from pagedstate.spec.types import (
@@ -397,7 +397,16 @@ class PagedStateCheckpointCoordinator(_Scratch, _Drain, _Restores):
 
     def attach_offload(self, index: Any, *, sink: bool = True) -> None:
         """Wire the CPU tier in: the vote (``resumable_hit``) and the sink (nominations)
-        together; ``sink=False`` for a load-only role. O(1) (O(backlog) to drop it)."""
+        together; ``sink=False`` for a load-only role. O(1) (O(backlog) to drop it).
+
+        Raises:
+            InvalidArgumentError: ``index`` is neither None nor an offload index (it must
+                have ``could_serve(prefix_hash)``), or ``sink`` is not a bool; nothing
+                changed.
+        """
+        need_offload_index("index", index)
+        if type(sink) is not bool:
+            raise InvalidArgumentError(f"sink must be a bool, got {sink!r}")
         self.offload = index
         self.store.offload_sink = index is not None and bool(sink)
 

@@ -29,7 +29,8 @@ table rows it took, in order, as ``Table.label`` strings (through the store's
 the store's clock the call made, every answer the call got from outside the store (the
 offload index's ``could_serve`` and ``stats``, the scratch slot pool's ``has_free``,
 ``pop`` and ``release``, the completion tokens' ``query`` and ``synchronize``, each token
-named ``token#K`` in the order the engine passed them, SPEC D.13), and a fingerprint of the state after the call (counters).
+named ``token#K`` in the order the engine passed them, SPEC D.13), and a fingerprint of
+the state after the call (counters).
 
 Memory: the log keeps no per-line state. Its only map is sequence object -> stable id
 (assigned in first-seen order): weak references for sequences that allow them (an entry
@@ -66,7 +67,7 @@ from typing import IO, Any
 
 import attrs
 
-from pagedstate.spec import ScratchSlotPool
+from pagedstate.spec import OffloadIndex, ScratchSlotPool
 from pagedstate.spec import tables as T
 from pagedstate.spec.errors import InvalidArgumentError
 from pagedstate.spec.wire import (
@@ -667,6 +668,8 @@ def _external_arg(log: EventLog, kind: str, value: Any) -> Any:
     if value is None:
         return None
     if kind != "scratch":
+        if not isinstance(_inner(value), OffloadIndex):
+            return {"object": type(value).__qualname__, "repr": safe_repr(value)}
         return {"ext": kind}
     pool = _inner(value)
     if not isinstance(pool, ScratchSlotPool):

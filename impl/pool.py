@@ -96,6 +96,7 @@ from pagedstate.spec.errors import (
     StoreOwnedUnitsError,
     WrongOwnerError,
 )
+from pagedstate.spec.protocols import need_slots
 from pagedstate.spec.types import CHECKPOINT_OWNER, TRANSFER_OWNER
 
 from ._args import need_hashable, need_int
@@ -619,7 +620,7 @@ class SlotPool:
     """
 
     def __init__(self, slots: Iterable[int]) -> None:
-        self._all = frozenset(slots)
+        self._all = frozenset(need_slots(slots))
         self._free: set[int] = set(self._all)
         self._heap: list[int] = sorted(self._all)
 

@@ -26,8 +26,8 @@ computation exists twice, on purpose, and each store calls its own:
   (diffbehavior builds arguments from the signature and ignores ``pre:`` lines), so a
   difference is a bug in the code the production store runs, or in the reference.
 
-Sources: SPEC B.3 rows 3-22 (guards), D.13 (host readers need a settled image), G7 (forfeit watermark), G11 (pins only on READY;
-units released only with no pin left).
+Sources: SPEC B.3 rows 3-22 (guards), D.13 (host readers need a settled image), G7
+(forfeit watermark), G11 (pins only on READY; units released only with no pin left).
 """
 
 from __future__ import annotations

@@ -35,6 +35,8 @@ __all__ = [
     "need_scratch_pool",
     "need_completion",
     "need_forward",
+    "need_offload_index",
+    "need_slots",
 ]
 
 
@@ -376,10 +378,41 @@ def need_coordinator_args(enabled: object, offload: object, readable_midstep: ob
     for name, value in (("enabled", enabled), ("readable_midstep", readable_midstep)):
         if type(value) is not bool:
             raise InvalidArgumentError(f"{name} must be a bool, got {value!r}")
-    if offload is not None and not isinstance(offload, OffloadIndex):
+    need_offload_index("offload", offload)
+
+
+def need_offload_index(name: str, index: object) -> None:
+    """Check an offload index argument (the constructor's ``offload``, ``attach_offload``'s
+    ``index``): ``None`` or an :class:`~pagedstate.spec.types.OffloadIndex`.
+
+    Raises:
+        InvalidArgumentError: it is neither.
+    """
+    if index is not None and not isinstance(index, OffloadIndex):
         raise InvalidArgumentError(
-            f"offload must be None or have could_serve(prefix_hash) (OffloadIndex), got {offload!r}"
+            f"{name} must be None or have could_serve(prefix_hash) (OffloadIndex), got {index!r}"
         )
+
+
+def need_slots(slots: object) -> list[int]:
+    """Check a slot pool's slots (both ``SlotPool`` classes): an iterable of distinct ints
+    ``>= 0`` (not bools). Returns them as a list.
+
+    Raises:
+        InvalidArgumentError: not iterable, an entry that is no int ``>= 0``, or a repeat.
+    """
+    try:
+        items = list(slots)  # type: ignore[call-overload]
+    except TypeError:
+        raise InvalidArgumentError(
+            f"slots must be an iterable of ints >= 0, got {slots!r}"
+        ) from None
+    for s in items:
+        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise InvalidArgumentError(f"a slot must be an int >= 0, got {s!r}")
+    if len(set(items)) != len(items):
+        raise InvalidArgumentError(f"slots repeat: {sorted(items)}")
+    return [int(s) for s in items]
 
 
 def need_completion(completion: object) -> None:

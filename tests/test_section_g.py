@@ -4,8 +4,10 @@ describes it (the comment above each assertion says what the module would do).""
 
 from __future__ import annotations
 
+import pytest
 from conftest import (
     FakeClock,
+    FakeOffload,
     Seq,
     assert_unchanged,
     make_coord,
@@ -450,3 +452,19 @@ def test_g17_an_idle_query_without_a_snapshot():
     c.complete_previous_batch()
     assert c.is_idle() is True
 
+
+
+def test_attach_offload_refuses_what_the_constructor_refuses():
+    """``attach_offload`` checks its index as the constructor checks ``offload``: a value
+    without ``could_serve`` is refused with nothing changed (it failed later, inside
+    ``resumable_hit``, with an AttributeError)."""
+    c = make_coord(20)
+    for bad, sink in ((5, True), (object(), True), (FakeOffload(), "yes")):
+        assert_unchanged(c, lambda b=bad, k=sink: c.attach_offload(b, sink=k), InvalidArgumentError)
+    assert c.offload is None
+
+
+@pytest.mark.parametrize("slots", [None, 5, ["a"], [True], [-1], [1, 1]])
+def test_a_slot_pool_refuses_bad_slots(slots):
+    with pytest.raises(InvalidArgumentError):
+        SlotPool(slots)

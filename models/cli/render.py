@@ -43,7 +43,8 @@ def _run_render(args: argparse.Namespace) -> int:
     try:
         written = render.write(args.out)
     except OSError as e:
-        raise UsageError(f"argument --out: {args.out}: cannot write there ({e.strerror or e})") from None
+        why = e.strerror or e
+        raise UsageError(f"argument --out: {args.out}: cannot write there ({why})") from None
     for path in written:
         print(path)
     return 0

@@ -20,6 +20,7 @@ from pagedstate.spec.protocols import (
     need_completion,
     need_coordinator_args,
     need_forward,
+    need_offload_index,
 )
 from pagedstate.spec.sequences import need_sequence, sequence_slot
 from pagedstate.spec.snapshot import Snapshot
@@ -569,7 +570,16 @@ class PagedStateCheckpointCoordinator(_Scratch):
 
     def attach_offload(self, index: Any, *, sink: bool = True) -> None:
         """Wire the CPU tier in: the vote (``resumable_hit``) and the sink (nominations)
-        together; ``sink=False`` for a load-only role."""
+        together; ``sink=False`` for a load-only role.
+
+        Raises:
+            InvalidArgumentError: ``index`` is neither None nor an offload index (it must
+                have ``could_serve(prefix_hash)``), or ``sink`` is not a bool; nothing
+                changed.
+        """
+        need_offload_index("index", index)
+        if type(sink) is not bool:
+            raise InvalidArgumentError(f"sink must be a bool, got {sink!r}")
         self.offload = index
         self.store.offload_sink = index is not None and bool(sink)
 

@@ -15,6 +15,7 @@ from pagedstate.spec.errors import (
     WrongOwnerError,
     need_hashable,
 )
+from pagedstate.spec.protocols import need_slots
 
 from ._common import _is_dirtying, _need_int, _owner_kind, _same_owner
 
@@ -233,7 +234,7 @@ class SlotPool:
     """A reference state-slot pool for midstep scratch: hands out the lowest free slot."""
 
     def __init__(self, slots: Iterable[int]) -> None:
-        self._all = frozenset(slots)
+        self._all = frozenset(need_slots(slots))
         self._free: set[int] = set(self._all)
 
     def clone(self) -> SlotPool:
