@@ -186,3 +186,24 @@ def test_cli_ambiguous_model_in_a_process(tmp_path: Path) -> None:
     assert "pagedstate replay: error: " in p.stderr and "ambiguous" in p.stderr
     for model_id in _matching("Qwen"):
         assert model_id in p.stderr
+
+
+def test_progress_off_a_terminal_prints_plain_lines(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Off a terminal (a CI log) the replay prints a plain progress line now and then
+    instead of the bar; with quiet, nothing."""
+    from pagedstate.models.replay import cli as replay_cli
+
+    monkeypatch.setattr(replay_cli, "_LOG_EVERY_S", 0.0)
+    p = replay_cli._Progress(2, 10, quiet=False)
+    p.start(1, "16 GiB anchor")
+    p.update(5, 10)
+    p.close()
+    err = capsys.readouterr().err
+    assert "replay run 2/2 (16 GiB anchor): 5 of 10 requests" in err, err
+    q = replay_cli._Progress(2, 10, quiet=True)
+    q.start(0, "x")
+    q.update(5, 10)
+    q.close()
+    assert capsys.readouterr().err == ""

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -319,15 +320,24 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Seconds between the plain progress lines printed when stderr is no terminal (a CI log).
+_LOG_EVERY_S = 30.0
+
+
 class _Progress:
-    """A rich progress bar on stderr (off with ``quiet`` or when stderr is no terminal)."""
+    """A rich progress bar on stderr; off a terminal (a CI log), one plain line every
+    :data:`_LOG_EVERY_S` seconds instead; nothing with ``quiet``."""
 
     def __init__(self, runs: int, requests: int, *, quiet: bool) -> None:
         self._bar: Any = None
         self._task: Any = None
         self._runs = runs
         self._last = -1
-        if quiet or not sys.stderr.isatty():
+        self._plain = not quiet and not sys.stderr.isatty()
+        self._label = ""
+        self._run = 0
+        self._started = self._logged = time.monotonic()
+        if quiet or self._plain:
             return
         from rich.console import Console
         from rich.progress import (
@@ -350,11 +360,23 @@ class _Progress:
         self._task = self._bar.add_task("replay", total=requests)
 
     def start(self, i: int, label: str) -> None:
+        self._run, self._label = i, label
         if self._bar is not None:
             self._bar.reset(self._task, description=f"run {i + 1}/{self._runs}: {label}")
             self._last = -1
 
     def update(self, done: int, total: int) -> None:
+        if self._plain:
+            now = time.monotonic()
+            if now - self._logged >= _LOG_EVERY_S:
+                self._logged = now
+                print(
+                    f"replay run {self._run + 1}/{self._runs} ({self._label}): {done:,} of"
+                    f" {total:,} requests, {now - self._started:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return
         if self._bar is not None and done != self._last:
             self._last = done
             self._bar.update(self._task, completed=done, total=total)
