@@ -40,7 +40,9 @@ __all__ = [
 DESCRIPTIONS: Mapping[str, str] = {
     "record": (
         "The life of one checkpoint record (SPEC B.2, B.3): COPYING until the batch that "
-        "carries its store has run, READY while findable, EVICTING while a GPU reader or "
+        "carries its store has run, READY while findable (issued: restores on the copy's "
+        "stream may read it; settled, once its batch's completion token reported done: "
+        "host and other-stream readers too, SPEC D.13), EVICTING while a GPU reader or "
         "writer may still touch its units, RELEASED once its units are back in the pool."
     ),
     "offload": (
