@@ -8,6 +8,10 @@
 - Rules come from the tables: every table event maps to a rule, and a mapping (or a table)
   with an event left out fails the check, at import time too.
 - A failing program printed by Hypothesis replays as a plain regression test.
+- The kit drives both engine styles: the synchronous one alone (``overlap=False``: a store
+  with only the synchronous signatures passes) and the overlapped one (forward ids,
+  completion tokens, settles, restore owners, G12/G13 refusals), and it catches three bugs
+  of the overlapped style planted in subclasses of the production classes.
 """
 
 from __future__ import annotations
@@ -48,13 +52,14 @@ from pagedstate.models.reference import PagedStateCheckpointCoordinator
 from pagedstate.spec import tables as T
 from pagedstate.spec.errors import InvalidArgumentError, LeaseReusedError
 from pagedstate.spec.tables import TABLES, Row
+from pagedstate.spec.types import SequenceLike
 
 #: The ``ci`` run of the reference must stay well inside this (seconds).
 CI_BUDGET_S = 60.0
 
 #: Settings for the planted-bug runs: deterministic, and no shrinking (a caught bug is all
 #: these tests need; shrinking a stateful failure takes tens of seconds). Over 10 random
-#: seeds per mutant, the slowest needed 480 test cases (docs/conformance.md); the run stops
+#: seeds per mutant, the slowest needed 99 test cases (docs/conformance.md); the run stops
 #: at the first failure, so the bound only costs time when a bug goes uncaught.
 MUTANT_SETTINGS = settings(
     max_examples=2000,
@@ -412,3 +417,138 @@ def test_a_factory_that_returns_no_coordinator_is_named(returned: Any) -> None:
     a message that says so (was: a bare AttributeError on ``snapshot``)."""
     with pytest.raises(ConformanceFailure, match="not a coordinator: it has no snapshot"):
         run_conformance(lambda *a, **k: returned, I.UnitPool, settings=MUTANT_SETTINGS)
+
+
+# -- the two engine styles ----------------------------------------------------------------
+
+
+def test_ci_run_drives_the_overlapped_style(ci_run: tuple[ConformanceReport, float]) -> None:
+    """The ci run settles images whose tokens reported done (a table row of its own), and
+    both stores took the overlapped style's refusals: stale boundaries and boundaries
+    beyond the computed blocks (G13), drains naming an old forward, restores and scratch
+    over one slot (G12), and malformed forward ids and completion tokens."""
+    report, _ = ci_run
+    assert {"record:READY+settle->READY", "record:EVICTING+settle->EVICTING"} <= report.rows_hit
+    errors = report.errors_by_rule
+    assert {"StaleBoundaryError", "BoundaryRangeError"} <= errors["checkpoint_forward"]
+    assert "InvalidArgumentError" in errors["drain_forward"]
+    assert "SlotBusyError" in errors["scratch_over_restore"]
+    assert "SlotBusyError" in errors["restore_for"]
+    assert {"InvalidArgumentError", "RuntimeError"} <= errors["bad_input"]
+
+
+class _SynchronousOnly(PagedStateCheckpointCoordinator):
+    """A store with only the synchronous style's signatures: no forward ids, no completion
+    tokens, no restore owners, no settle and no idle query."""
+
+    settle_completions = None
+    outstanding = None
+    is_idle = None
+
+    def checkpoint(self, seq: SequenceLike, boundary_blocks: int, h: int) -> None:  # type: ignore[override]
+        super().checkpoint(seq, boundary_blocks, h)
+
+    def take_checkpoint_ops(self) -> Any:  # type: ignore[override]
+        return super().take_checkpoint_ops()
+
+    def complete_previous_batch(self) -> None:  # type: ignore[override]
+        super().complete_previous_batch()
+
+    def begin_restore(self, h: int, dst_slot: int) -> bool:  # type: ignore[override]
+        return super().begin_restore(h, dst_slot)
+
+    def publish_midstep(self, reservations: Any, seq: Any = None) -> None:  # type: ignore[override]
+        super().publish_midstep(reservations, seq)
+
+
+def test_the_synchronous_style_alone() -> None:
+    """``overlap=False`` drives the synchronous style only: a store without the overlapped
+    style's arguments and calls passes it, and fails the default configuration (which
+    drives both styles)."""
+    quick = settings(MUTANT_SETTINGS, max_examples=30)
+    config = ConformanceConfig(overlap=False)
+    run_conformance(_SynchronousOnly, settings=quick, config=config)
+    with pytest.raises(ConformanceFailure, match="store under test raised TypeError"):
+        run_conformance(_SynchronousOnly, settings=quick)
+
+
+# -- bugs of the overlapped style planted in subclasses of the production classes -----------
+#
+# Each is a subclass of a production class with one thing wrong, built when its test runs
+# (a source edit that no longer applies fails the test, not the module's import).
+
+
+def _forward_blind_drain() -> type:
+    """The drain stores every pending boundary, whatever forward it names: a boundary
+    filed when batch ``F`` is scheduled is stored by the drain before forward ``F`` ran,
+    from the slot as the forward before left it (another state under this prefix's hash)."""
+
+    class ForwardBlindDrain(I.PagedStateCheckpointCoordinator):
+        def _drain(self, forward: int | None) -> Any:
+            self._boundary_forwards.clear()
+            return super()._drain(forward)
+
+    assert callable(getattr(I.PagedStateCheckpointCoordinator, "_drain", None))
+    return ForwardBlindDrain
+
+
+def _lease_of_unsettled_image() -> type:
+    """The store leases an image whose copy is issued but not known done (the settled
+    test left out of ``acquire_checkpoint_source``, and its pin taken as if settled): a
+    transfer sender may read the image before the copy wrote it."""
+    store = I.PageUnitCheckpointStore
+
+    class LeasesUnsettledStore(store):  # type: ignore[misc, valid-type]
+        acquire_checkpoint_source = edited_method(
+            store,
+            "acquire_checkpoint_source",
+            "or not self._will_settle(cid, self.records[cid], answers)",
+            "or False",
+        )
+        _pin_offload_source = edited_method(
+            store,
+            "_pin_offload_source",
+            "record_step(rec.phase, event, rec.pin_count, rec.settled)",
+            "record_step(rec.phase, event, rec.pin_count)",
+        )
+
+    class LeasesUnsettled(I.PagedStateCheckpointCoordinator):
+        store_class = LeasesUnsettledStore
+
+    return LeasesUnsettled
+
+
+def _restore_over_scratch() -> type:
+    """The coordinator forgets the scratch slots when it checks a restore's destination
+    (G12): a restore into a slot lent as midstep scratch is queued, and one drain reads
+    and writes the slot."""
+
+    class RestoresOverScratch(I.PagedStateCheckpointCoordinator):
+        def _lent_as_scratch(self, slot: int) -> bool:
+            return False
+
+    assert callable(getattr(I.PagedStateCheckpointCoordinator, "_lent_as_scratch", None))
+    return RestoresOverScratch
+
+
+#: plant -> (builder of the planted coordinator class, what the failure must name).
+OVERLAP_PLANTS: dict[str, tuple[Callable[[], type], str]] = {
+    "boundaries stored ignoring their forward": (_forward_blind_drain, "take_checkpoint_ops("),
+    "a lease of an unsettled image": (_lease_of_unsettled_image, "acquire_checkpoint_source("),
+    "a restore into a lent scratch slot": (_restore_over_scratch, "SlotBusyError"),
+}
+
+
+@pytest.mark.parametrize("plant", sorted(OVERLAP_PLANTS))
+def test_kit_catches_overlap_bugs_planted_in_production_subclasses(plant: str) -> None:
+    """Each is caught with 400 deterministic test cases, no shrinking, by the call that
+    shows it; the unplanted production store passes the same run
+    (``test_production_store_passes_the_plant_settings``)."""
+    build, shows = OVERLAP_PLANTS[plant]
+    with pytest.raises(ConformanceFailure) as info:
+        run_conformance(build(), I.UnitPool, settings=settings(MUTANT_SETTINGS, max_examples=400))
+    text = str(info.value)
+    assert "the reference model raised" not in text
+    # the plant itself disagrees, not a plant that no longer fits the class it edits
+    assert not isinstance(info.value.__cause__, (AttributeError, TypeError, NameError)), text
+    assert shows in text, text

@@ -21,6 +21,13 @@ past the reclaim timeout; aborts and resets at any point; KV pressure from other
 transfers and their late releases; suspended restores and second uses of spent leases;
 midstep scratch; bad inputs. ``docs/conformance.md`` describes each.
 
+Two engine styles are driven (``ConformanceConfig(overlap=...)``): the synchronous one
+(boundaries filed after the forward, drained before the next) and the overlapped one (SPEC
+D.13): boundaries and drains naming forward ids, scratch stores published with
+``forward=``, completions passing completion tokens that report done out of order and late,
+``settle_completions``, restores begun on behalf of a sequence (G15) and aimed at scratch
+slots (G12), with ``outstanding()`` and ``is_idle()`` compared after every step.
+
 The rules come from the tables: :data:`EVENT_RULES` maps every ``(machine, event)`` of
 :data:`pagedstate.spec.tables.TABLES` to the rules that drive it, and importing this package
 fails (:class:`TableCoverageError`) when a table event has no rule. Each step labels the
@@ -56,8 +63,9 @@ Its modules: :mod:`.config` (configuration, failures, the sequence and offload-i
 doubles), :mod:`.strategies`, :mod:`.bad_inputs`, :mod:`.lockstep` (the core the rules
 share), the rules by topic (:mod:`.rules_records`, :mod:`.rules_restores`,
 :mod:`.rules_pool`, :mod:`.rules_offload`, :mod:`.rules_macro`, :mod:`.rules_transfers`,
-:mod:`.rules_scratch`), :mod:`.machine` (:class:`ConformanceMachine`), :mod:`.mapping`
-(:data:`EVENT_RULES`, checked at import) and :mod:`.runners` (the entry points).
+:mod:`.rules_scratch`, :mod:`.rules_overlap`), :mod:`.machine` (:class:`ConformanceMachine`),
+:mod:`.mapping` (:data:`EVENT_RULES`, checked at import) and :mod:`.runners` (the entry
+points).
 """
 
 from __future__ import annotations

@@ -184,6 +184,137 @@ BAD_INPUTS: Mapping[str, BadInput] = MappingProxyType(
     }
 )
 
+
+class _QueryOnly:
+    """A completion with ``query`` and no ``synchronize``."""
+
+    def query(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "_QueryOnly()"
+
+
+class _SynchronizeNotCallable:
+    """A completion whose ``synchronize`` is not callable."""
+
+    synchronize = 1
+
+    def query(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "_SynchronizeNotCallable()"
+
+
+class _RaisingToken:
+    """A completion whose ``query`` raises (a device error): the call propagates it and
+    changes nothing (every token is asked before anything changes)."""
+
+    def query(self) -> bool:
+        raise RuntimeError("query failed")
+
+    def synchronize(self) -> None:
+        raise RuntimeError("synchronize failed")
+
+    def __repr__(self) -> str:
+        return "_RaisingToken()"
+
+
+def _stale_forward(m: ConformanceMachine) -> int:
+    """A forward before the last drain's (stale), or -1 (not a forward id) when there is
+    none."""
+    last = m.snap_ref.last_forward
+    return last - 1 if last else -1
+
+
+def _not_greater_forward(m: ConformanceMachine) -> int:
+    last = m.snap_ref.last_forward
+    return -1 if last is None else last
+
+
+def _publish_bad_forward(s: _Side, m: ConformanceMachine) -> Any:
+    for slot in sorted(m.snap_ref.scratch_reserved):
+        return s.coord.publish_midstep([m.scratch_latest[slot]], forward="1")
+    return s.coord.publish_midstep([(999, 0, 1)], forward="1")
+
+
+def _no_slot(m: ConformanceMachine) -> KitSeq:
+    return m.seqs[-1]
+
+
+def _no_cache(m: ConformanceMachine) -> KitSeq:
+    return m.seqs[-2]
+
+
+#: Bad inputs of the overlapped style's arguments (SPEC D.13, G12, G13, G16); run only
+#: with ``overlap``. Forward ids and ``computed_blocks`` are checked before a boundary is
+#: ignored (a sequence without state or without a slot) and before anything changes; a
+#: completion is checked, and every token asked, before anything changes.
+_OVERLAP_BAD_INPUTS: Mapping[str, BadInput] = MappingProxyType(
+    {
+        "checkpoint_str_forward": lambda s, m: s.coord.checkpoint(_seq0(m), 1, 1, forward="1"),
+        "checkpoint_negative_forward": lambda s, m: s.coord.checkpoint(_seq0(m), 1, 1, forward=-1),
+        "checkpoint_bool_forward": lambda s, m: s.coord.checkpoint(_seq0(m), 1, 1, forward=True),
+        "checkpoint_stale_forward": lambda s, m: s.coord.checkpoint(
+            _seq0(m), 1, 1, forward=_stale_forward(m)
+        ),
+        "checkpoint_stale_forward_no_slot": lambda s, m: s.coord.checkpoint(
+            _no_slot(m), 1, 1, forward=_stale_forward(m)
+        ),
+        "checkpoint_str_forward_no_cache": lambda s, m: s.coord.checkpoint(
+            _no_cache(m), 1, 1, forward="0"
+        ),
+        "checkpoint_zero_blocks": lambda s, m: s.coord.checkpoint(_seq0(m), 0, 1),
+        "checkpoint_zero_blocks_no_slot": lambda s, m: s.coord.checkpoint(_no_slot(m), 0, 1),
+        "checkpoint_beyond_computed": lambda s, m: s.coord.checkpoint(
+            _seq0(m), 2, 1, computed_blocks=1
+        ),
+        "checkpoint_str_computed": lambda s, m: s.coord.checkpoint(
+            _seq0(m), 1, 1, computed_blocks="2"
+        ),
+        "checkpoint_negative_computed": lambda s, m: s.coord.checkpoint(
+            _seq0(m), 1, 1, computed_blocks=-1
+        ),
+        "checkpoint_bool_computed": lambda s, m: s.coord.checkpoint(
+            _seq0(m), 1, 1, computed_blocks=True
+        ),
+        "take_str_forward": lambda s, m: s.coord.take_checkpoint_ops(forward="1"),
+        "take_negative_forward": lambda s, m: s.coord.take_checkpoint_ops(forward=-1),
+        "take_bool_forward": lambda s, m: s.coord.take_checkpoint_ops(forward=True),
+        "take_forward_not_greater": lambda s, m: s.coord.take_checkpoint_ops(
+            forward=_not_greater_forward(m)
+        ),
+        "complete_object_token": lambda s, m: s.coord.complete_previous_batch(completion=object()),
+        "complete_query_only_token": lambda s, m: s.coord.complete_previous_batch(
+            completion=_QueryOnly()
+        ),
+        "complete_synchronize_not_callable": lambda s, m: s.coord.complete_previous_batch(
+            completion=_SynchronizeNotCallable()
+        ),
+        "complete_raising_token": lambda s, m: s.coord.complete_previous_batch(
+            completion=_RaisingToken()
+        ),
+        "publish_str_forward": _publish_bad_forward,
+        "begin_restore_seq_not_a_sequence": lambda s, m: s.coord.begin_restore(1, 0, seq=object()),
+        "pool_release_unit_out_of_range": lambda s, m: s.pool.release_units(
+            [m.config.units], (KV_OWNER, -1)
+        ),
+        "pool_release_unit_far_out_of_range": lambda s, m: s.pool.release_units(
+            [10 * m.config.units + 3], (KV_OWNER, -1)
+        ),
+    }
+)
+
+#: Bad inputs of the overlapped style that go through ``coordinator.store`` (with
+#: ``overlap`` and ``store_calls``).
+_OVERLAP_STORE_BAD_INPUTS: Mapping[str, BadInput] = MappingProxyType(
+    {
+        "store_complete_object_token": lambda s, m: s.store.complete_inflight(object()),
+        "store_complete_raising_token": lambda s, m: s.store.complete_inflight(_RaisingToken()),
+    }
+)
+
 #: Bad inputs that go through ``coordinator.store`` (skipped when ``store_calls`` is off).
 _STORE_BAD_INPUTS: Mapping[str, BadInput] = MappingProxyType(
     {

@@ -99,6 +99,14 @@ class ConformanceConfig:
         change_log_size: the change log's bound (``change_log_size``), on both sides; small
             by default, so that the log wraps within a run and ``changed_since`` answers
             "unknown" for generations it no longer reaches.
+        overlap: drive the overlapped style too (SPEC D.13): boundaries and drains naming
+            forward ids, scratch stores published with ``forward=``, completions with
+            completion tokens set done out of order and late, ``settle_completions``,
+            restores begun on behalf of a sequence and ``forget_pending`` after the
+            sequence's slot was reset, restores aimed at scratch slots (G12), and
+            ``outstanding()``, ``is_idle()``, ``last_forward`` and ``next_forward`` asked
+            after every step (with ``sweep_queries``). Off: only the synchronous style
+            (no forward ids, no tokens).
     """
 
     units: int = attrs.field(default=8, validator=_positive)
@@ -124,6 +132,7 @@ class ConformanceConfig:
     drain_at_end: bool = True
     sweep_queries: bool = True
     change_log_size: int = attrs.field(default=6, validator=_positive)
+    overlap: bool = True
 
     @property
     def spec(self) -> PagedStateCheckpointSpec:
@@ -140,6 +149,12 @@ class ConformanceConfig:
     def scratch_range(self) -> range:
         """The midstep scratch slot ids."""
         return range(self.seqs + 1, self.seqs + 1 + self.scratch_slots)
+
+    @property
+    def restore_slots(self) -> range:
+        """The slots a restore may be aimed at: the sequences' slots, and with ``overlap``
+        the scratch slots too (a restore into a slot lent as scratch is refused, G12)."""
+        return range(self.seqs + 1 + (self.scratch_slots if self.overlap else 0))
 
 
 DEFAULT_CONFIG = ConformanceConfig()

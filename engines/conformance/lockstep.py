@@ -50,6 +50,7 @@ class _Lockstep(RuleBasedStateMachine):
     config: ClassVar[ConformanceConfig] = DEFAULT_CONFIG
     rows_hit: ClassVar[set[str]] = set()
     events_by_rule: ClassVar[dict[str, set[tuple[str, str]]]] = {}
+    errors_by_rule: ClassVar[dict[str, set[str]]] = {}
 
     ops: ClassVar[Bundle[Pair]] = OPS
     leases: ClassVar[Bundle[Pair]] = LEASES
@@ -60,6 +61,7 @@ class _Lockstep(RuleBasedStateMachine):
         super().__init_subclass__(**kwargs)
         cls.rows_hit = set()
         cls.events_by_rule = {}
+        cls.errors_by_rule = {}
 
     def __init__(self) -> None:
         super().__init__()
@@ -140,6 +142,9 @@ class _Lockstep(RuleBasedStateMachine):
         # same slot is stale once the slot was lent again).
         self.scratch_latest: dict[int, tuple[int, int, int]] = {}
         self.transfer_next = 0
+        # Completion tokens handed to the completions (one per side, set done together:
+        # the copies they stand for are the environment's, SPEC D.13).
+        self.token_pairs: list[Pair] = []
         self.max_pins = 0
         self.max_records = 0
         self._clean = True
@@ -234,6 +239,8 @@ class _Lockstep(RuleBasedStateMachine):
                     + "\n  ".join(before_sut.diff(after_sut)),
                 )
             _event(f"{rule_name} raised {error.__name__}")
+            if rule_name != "teardown":
+                type(self).errors_by_rule.setdefault(rule_name, set()).add(error.__name__)
         elif ref_val != sut_val:
             self._fail(
                 what,
@@ -252,6 +259,7 @@ class _Lockstep(RuleBasedStateMachine):
             own = own_check()
             if own:
                 self._fail(what, "the store under test's own self_check reports: " + "; ".join(own))
+        self._compare_tokens(what)
         if ref_side.slots is not None and sut_side.slots is not None:
             if ref_side.slots.free_slots != sut_side.slots.free_slots:
                 self._fail(
@@ -269,6 +277,19 @@ class _Lockstep(RuleBasedStateMachine):
         self._clean = True
         return _Outcome(ref_val, sut_val, error)
 
+    def _compare_tokens(self, what: str) -> None:
+        """Only ``settle_completions(wait=True)`` may wait for a token (``synchronize()``,
+        which marks a :class:`~pagedstate.spec.types.ManualCompletion` done): each pair of
+        tokens must still agree."""
+        for i, pair in enumerate(self.token_pairs):
+            if pair.ref.done != pair.sut.done:
+                self._fail(
+                    what,
+                    f"completion token {i}: the reference left it done={pair.ref.done}, the"
+                    f" store under test done={pair.sut.done} (only settle_completions(wait=True)"
+                    " may synchronize a token)",
+                )
+
     def _queries(self) -> list[tuple[str, Callable[[_Side], Any]]]:
         """Every read-only question of :attr:`ConformanceConfig.sweep_queries`."""
         c = self.config
@@ -282,6 +303,13 @@ class _Lockstep(RuleBasedStateMachine):
             out.append((f"restore_queued_for({slot})", _call_coord("restore_queued_for", slot)))
         for h in hashes:
             out.append((f"contains({h})", _call_coord("contains", h)))
+        if c.overlap:
+            out.append(("outstanding()", _call_coord("outstanding")))
+            out.append(("is_idle()", _call_coord("is_idle")))
+            out.append(("last_forward", _get_coord("last_forward")))
+            out.append(("next_forward", _get_coord("next_forward")))
+            if c.store_calls:
+                out.append(("store.outstanding()", _call_store("outstanding")))
         if c.store_calls:
             for h in hashes:
                 out.append((f"store.lookup({h})", _call_store("lookup", h)))
@@ -346,6 +374,10 @@ def _event(label: str) -> None:
 
 def _call_coord(name: str, *args: Any) -> Callable[[_Side], Any]:
     return lambda x: getattr(x.coord, name)(*args)
+
+
+def _get_coord(name: str) -> Callable[[_Side], Any]:
+    return lambda x: getattr(x.coord, name)
 
 
 def _call_picked(name: str, pair: Pair) -> Callable[[_Side], Any]:

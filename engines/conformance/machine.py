@@ -4,17 +4,25 @@ quiescence) and the end-of-case teardown."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import currently_in_test_context, target
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from pagedstate.models.world import drain_calls, quiescence_problems
 
-from .bad_inputs import _STORE_BAD_INPUTS, BAD_INPUTS
+from .bad_inputs import (
+    _OVERLAP_BAD_INPUTS,
+    _OVERLAP_STORE_BAD_INPUTS,
+    _STORE_BAD_INPUTS,
+    BAD_INPUTS,
+)
 from .config import Pair
 from .lockstep import _call_coord, _call_store, _drain_call
 from .rules_macro import MacroRules
 from .rules_offload import OffloadRules
+from .rules_overlap import OverlapRules
 from .rules_pool import PoolRules
 from .rules_records import RecordRules
 from .rules_restores import RestoreRules
@@ -31,6 +39,14 @@ _QUERIES = (
     "checkpoint_fates",
 )
 _STORE_QUERIES = ("lookup", "contains_or_pending", "changed_since")
+#: The overlapped style's queries (SPEC D.13, G17), asked with ``overlap`` only.
+_OVERLAP_QUERIES = ("outstanding", "is_idle")
+_BAD_CASES = (
+    sorted(BAD_INPUTS)
+    + sorted(_STORE_BAD_INPUTS)
+    + sorted(_OVERLAP_BAD_INPUTS)
+    + sorted(_OVERLAP_STORE_BAD_INPUTS)
+)
 
 
 # The rules live in the mixins by topic, on the lockstep core (``_Lockstep``). Hypothesis
@@ -44,6 +60,7 @@ class ConformanceMachine(
     MacroRules,
     TransferRules,
     ScratchRules,
+    OverlapRules,
 ):
     """Lockstep of a store under test against the reference model.
 
@@ -56,6 +73,8 @@ class ConformanceMachine(
         rows_hit: table-row labels the reference took, over every test case this class ran
             (each subclass has its own).
         events_by_rule: ``rule name -> {(machine, event)}`` observed, over every test case.
+        errors_by_rule: ``rule name -> {exception class name}`` both stores raised, over
+            every test case.
 
     Instances hold both coordinators (``ref``, ``sut``), their last snapshots
     (``snap_ref``, ``snap_sut``), the shared :class:`~pagedstate.models.world.ManualClock`
@@ -65,7 +84,7 @@ class ConformanceMachine(
     # -- queries ----------------------------------------------------------------------------
 
     @rule(
-        kind=st.sampled_from(_QUERIES + _STORE_QUERIES),
+        kind=st.sampled_from(_QUERIES + _STORE_QUERIES + _OVERLAP_QUERIES),
         h=H,
         slot=SLOT,
         n=_cfg(_counts),
@@ -77,9 +96,12 @@ class ConformanceMachine(
         self, kind: str, h: int, slot: int, n: int, flag: bool, s: int, block_hashes: list[int]
     ) -> None:
         """A read-only call; its answer is compared (store-level kinds need
-        ``store_calls``). ``resumable_hit`` is admission: the longest resumable prefix of a
-        KV hit of ``len(block_hashes) - n % 3`` blocks (``flag``: assume checkpointed)."""
+        ``store_calls``; ``outstanding`` and ``is_idle`` need ``overlap``). ``resumable_hit``
+        is admission: the longest resumable prefix of a KV hit of
+        ``len(block_hashes) - n % 3`` blocks (``flag``: assume checkpointed)."""
         if kind in _STORE_QUERIES and not self.config.store_calls:
+            kind = "contains"
+        if kind in _OVERLAP_QUERIES and not self.config.overlap:
             kind = "contains"
         if kind == "resumable_hit":
             seq = self._seq(s)
@@ -107,15 +129,17 @@ class ConformanceMachine(
     # -- bad inputs -------------------------------------------------------------------------
 
     @precondition(lambda self: self.config.bad_inputs)
-    @rule(case=st.sampled_from(sorted(BAD_INPUTS) + sorted(_STORE_BAD_INPUTS)))
+    @rule(case=st.sampled_from(_BAD_CASES))
     def bad_input(self, case: str) -> None:
-        """A malformed call from :data:`BAD_INPUTS`: both raise the same class, nothing
-        changes."""
+        """A malformed call from :data:`BAD_INPUTS` (and, with ``overlap``, of the
+        overlapped style's arguments): both raise the same class, nothing changes."""
         fn = BAD_INPUTS.get(case)
         if fn is None:
-            if not self.config.store_calls:
+            store = case in _STORE_BAD_INPUTS or case in _OVERLAP_STORE_BAD_INPUTS
+            overlap = case in _OVERLAP_BAD_INPUTS or case in _OVERLAP_STORE_BAD_INPUTS
+            if (store and not self.config.store_calls) or (overlap and not self.config.overlap):
                 return
-            fn = _STORE_BAD_INPUTS[case]
+            fn = {**_STORE_BAD_INPUTS, **_OVERLAP_BAD_INPUTS, **_OVERLAP_STORE_BAD_INPUTS}[case]
         bad = fn
         self._both("bad_input", case, lambda x: bad(x, self))
 
@@ -151,9 +175,20 @@ class ConformanceMachine(
         for name, args in calls:
             shown = ", ".join(repr(a.ref if isinstance(a, Pair) else a) for a in args)
             self._both(rule_name, f"{name}({shown})", _drain_call(name, args))
+        if self.config.overlap:
+            # Wait for every copy: the tokens still outstanding are synchronized and
+            # forgotten, and the coordinator is idle.
+            self._both(rule_name, "settle_completions(wait=True)", _settle_and_wait)
+            self._both(rule_name, "is_idle()", _call_coord("is_idle"))
         self.calls_since_quiesce = 0
         self.calls_since_clear = 0
         problems = quiescence_problems(self.snap_sut)
+        if self.config.overlap:
+            if self.snap_sut.completions:
+                problems.append(f"drain left completions {self.snap_sut.completions!r}")
+            idle = self.sut.is_idle()
+            if idle is not True:
+                problems.append(f"is_idle() is {idle!r} after the drain: {self.sut.outstanding()}")
         if problems:
             self._fail("quiescence", "after releasing everything: " + "; ".join(problems))
         for side in self.sides:
@@ -176,3 +211,7 @@ class ConformanceMachine(
             if currently_in_test_context():
                 target(float(self.max_pins), label="max pins on one record")
                 target(float(self.max_records), label="max live records")
+
+
+def _settle_and_wait(x: Any) -> Any:
+    return x.coord.settle_completions(wait=True)

@@ -20,26 +20,35 @@ from .machine import ConformanceMachine
 EVENT_RULES: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType(
     {
         # record lifecycle
-        ("record", "begin_store"): ("drain", "engine_pass", "warm_up"),
+        ("record", "begin_store"): ("drain", "drain_forward", "engine_pass", "warm_up"),
         ("record", "adopt"): ("adopt_transfer",),
-        ("record", "publish"): ("complete", "engine_pass", "warm_up", "clear_index"),
+        ("record", "publish"): (
+            "complete",
+            "complete_with_token",
+            "engine_pass",
+            "warm_up",
+            "clear_index",
+        ),
         ("record", "dedup"): ("complete",),  # defensive row: unreachable through the API
         ("record", "unindex"): ("unindex", "engine_pass"),
         ("record", "clear"): ("clear_index", "engine_pass"),
         ("record", "evict"): (
             "kv_alloc",
             "drain",
+            "drain_forward",
             "engine_pass",
             "reserve_transfer",
             "reserve_transfer_again",
         ),
-        ("record", "pin_restore"): ("begin_restore", "restore_and_suspend"),
+        ("record", "pin_restore"): ("begin_restore", "restore_and_suspend", "restore_for"),
         ("record", "pin_offload"): ("take_offload",),
         ("record", "pin_lease"): ("acquire",),
         ("record", "unpin_restore"): (
             "complete",
+            "complete_with_token",
             "clear_index",
             "forget",
+            "reslot_forget",
             "cancel_restore",
             "release_lease",
         ),
@@ -51,6 +60,15 @@ EVENT_RULES: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType(
             "reclaim",
         ),
         ("record", "unpin_lease"): ("release_source", "settle", "report", "settle_first"),
+        # the settle of an image whose completion token reported done (SPEC D.13)
+        ("record", "settle"): (
+            "complete",
+            "complete_with_token",
+            "settle_completions",
+            "take_offload",
+            "acquire",
+            "clear_index",
+        ),
         # offload store / lease operation
         ("offload", "take"): ("take_offload",),
         ("offload", "acquire"): ("acquire",),
@@ -58,10 +76,10 @@ EVENT_RULES: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType(
         ("offload", "settle"): ("settle", "report", "settle_first"),
         ("offload", "reclaim"): ("reclaim", "release_source"),
         # restore
-        ("restore", "begin_restore"): ("begin_restore", "restore_and_suspend"),
-        ("restore", "take"): ("drain",),
-        ("restore", "complete"): ("complete", "clear_index"),
-        ("restore", "cancel"): ("forget", "cancel_restore"),
+        ("restore", "begin_restore"): ("begin_restore", "restore_and_suspend", "restore_for"),
+        ("restore", "take"): ("drain", "drain_forward"),
+        ("restore", "complete"): ("complete", "complete_with_token", "clear_index"),
+        ("restore", "cancel"): ("forget", "reslot_forget", "cancel_restore"),
         ("restore", "suspend"): ("suspend", "restore_and_suspend"),
         ("restore", "resume"): ("resume",),
         ("restore", "release"): ("release_lease",),
@@ -76,10 +94,10 @@ EVENT_RULES: Mapping[tuple[str, str], tuple[str, ...]] = MappingProxyType(
         # midstep scratch
         ("scratch", "reserve"): ("reserve_midstep",),
         ("scratch", "cancel"): ("cancel_midstep", "reserve_midstep"),
-        ("scratch", "publish"): ("publish_midstep", "reserve_midstep"),
-        ("scratch", "issue"): ("drain",),
+        ("scratch", "publish"): ("publish_midstep", "publish_forward", "reserve_midstep"),
+        ("scratch", "issue"): ("drain", "drain_forward"),
         ("scratch", "orphan"): ("unindex", "clear_index"),
-        ("scratch", "complete"): ("complete", "clear_index"),
+        ("scratch", "complete"): ("complete", "complete_with_token", "clear_index"),
     }
 )
 
@@ -95,6 +113,9 @@ MACRO_RULES = frozenset(
         "restore_storm",
         "deferred_nominees",
         "lease_and_clock_back",
+        "overlap_pass",
+        "scratch_over_restore",
+        "unsettled_image",
     }
 )
 

@@ -146,12 +146,15 @@ class ConformanceReport:
         rows_missed: non-defensive rows never taken (each is a gap in the run, not a bug).
         defensive_missed: defensive rows never taken (expected: the API cannot reach them).
         events_by_rule: ``rule -> {(machine, event)}`` observed.
+        errors_by_rule: ``rule -> {exception class name}`` both stores raised (refusals
+            both took: bad inputs, busy slots, stale boundaries, spent leases).
     """
 
     rows_hit: frozenset[str]
     rows_missed: tuple[str, ...]
     defensive_missed: tuple[str, ...]
     events_by_rule: Mapping[str, frozenset[tuple[str, str]]]
+    errors_by_rule: Mapping[str, frozenset[str]] = attrs.field(factory=lambda: MappingProxyType({}))
 
     @classmethod
     def of(cls, machine: type[ConformanceMachine]) -> ConformanceReport:
@@ -170,6 +173,9 @@ class ConformanceReport:
             defensive_missed=tuple(defensive),
             events_by_rule=MappingProxyType(
                 {k: frozenset(v) for k, v in sorted(machine.events_by_rule.items())}
+            ),
+            errors_by_rule=MappingProxyType(
+                {k: frozenset(v) for k, v in sorted(machine.errors_by_rule.items())}
             ),
         )
 

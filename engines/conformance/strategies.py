@@ -46,6 +46,10 @@ def _slots(c: ConformanceConfig) -> st.SearchStrategy[int]:
     return st.integers(0, c.seqs)
 
 
+def _restore_slots(c: ConformanceConfig) -> st.SearchStrategy[int]:
+    return st.sampled_from(c.restore_slots)
+
+
 def _kv_units(c: ConformanceConfig) -> st.SearchStrategy[int]:
     return st.integers(1, c.kv_max_units)
 
@@ -66,6 +70,8 @@ H = _cfg(_hashes)
 SEQ = _cfg(_seq_index)
 REG_SEQ = _cfg(_regular_seq_index)
 SLOT = _cfg(_slots)
+#: A slot a restore may be aimed at (:attr:`~.config.ConformanceConfig.restore_slots`).
+RESTORE_SLOT = _cfg(_restore_slots)
 
 
 def _known_hash(m: ConformanceMachine) -> st.SearchStrategy[int]:
@@ -103,6 +109,17 @@ def _busy_slot(m: ConformanceMachine) -> st.SearchStrategy[int]:
     return st.one_of(st.sampled_from(busy), every) if busy else every
 
 
+def _lent_slot(m: ConformanceMachine) -> st.SearchStrategy[int]:
+    snap = m.snap_ref
+    lent = sorted(
+        set(snap.scratch_reserved)
+        | {slot for _, slot in snap.scratch_queued}
+        | set(snap.scratch_issued)
+    )
+    every = _cached(_restore_slots, m.config)
+    return st.one_of(st.sampled_from(lent), every) if lent else every
+
+
 #: A hash: one the store or a pending boundary knows, or any hash (state-drawn).
 KNOWN_H: st.SearchStrategy[int] = st.runner().flatmap(_known_hash)
 #: A hash: one with a READY image, or any hash (state-drawn).
@@ -111,6 +128,9 @@ READY_H: st.SearchStrategy[int] = st.runner().flatmap(_ready_hash)
 BUSY_SLOT: st.SearchStrategy[int] = st.runner().flatmap(_busy_slot)
 #: A slot: one with a queued, in-flight or suspended restore, or any slot (state-drawn).
 ANY_BUSY_SLOT: st.SearchStrategy[int] = st.runner().flatmap(_any_busy_slot)
+#: A slot: one lent as midstep scratch (reserved, queued or issued), or any slot a restore
+#: may be aimed at (state-drawn).
+LENT_SLOT: st.SearchStrategy[int] = st.runner().flatmap(_lent_slot)
 
 
 def _index_into(attr: str) -> st.SearchStrategy[int]:
