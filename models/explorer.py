@@ -70,6 +70,8 @@ CONFIGS: Mapping[str, Config] = {
             max_ops_per_batch=2,
             suspend=True,
             backlog_cap=1,
+            completions=1,
+            settle_wait=True,
             max_depth=7,
         ),
         Config(
@@ -87,6 +89,7 @@ CONFIGS: Mapping[str, Config] = {
             max_ops_per_batch=2,
             suspend=True,
             backlog_cap=1,
+            completions=1,
             max_depth=10,
         ),
         Config(
@@ -102,7 +105,34 @@ CONFIGS: Mapping[str, Config] = {
             transfers=1,
             scratch_slots=1,
             suspend=True,
+            completions=2,
+            settle_wait=True,
             max_depth=14,
+        ),
+        # The overlap style (SPEC D.13, G12, G15): ``tiny`` whose boundaries and scratch
+        # stores name forwards, drains taking automatic (and, now and then, skipping) ids,
+        # restores begun for a sequence and into scratch slots, two completion tokens.
+        Config(
+            name="overlap",
+            units=3,
+            units_per_checkpoint=1,
+            hashes=2,
+            seqs=2,
+            kv_owners=1,
+            offload=True,
+            max_offload_inflight=2,
+            leases=True,
+            transfers=1,
+            scratch_slots=1,
+            max_ops_per_batch=2,
+            suspend=True,
+            backlog_cap=1,
+            completions=2,
+            settle_wait=True,
+            forwards=True,
+            skip_forwards=True,
+            scratch_restores=True,
+            max_depth=8,
         ),
     )
 }
@@ -127,6 +157,17 @@ def _all_pinned_full(s: Snapshot) -> bool:
         and any(r.phase == "READY" for r in s.records.values())
         and all(r.pin_count > 0 for r in s.records.values() if r.phase == "READY")
     )
+
+
+def _boundary_waits(s: Snapshot) -> bool:
+    # A pending boundary named for a forward not drained yet (D.13: it stays pending).
+    return any(s.last_forward is None or f > s.last_forward for _, f in s.boundary_forwards)
+
+
+def _restore_into_scratch(s: Snapshot) -> bool:
+    # A restore queued or in flight into a free scratch slot (G12: refused while lent).
+    free = s.scratch_free or frozenset()
+    return any(slot in free for _, slot in (*s.queued_restores, *s.inflight_restores))
 
 
 GOALS: Mapping[str, tuple[Callable[[Config], bool], Callable[[Snapshot], bool]]] = {
@@ -174,6 +215,36 @@ GOALS: Mapping[str, tuple[Callable[[Config], bool], Callable[[Snapshot], bool]]]
     "an issued scratch store": (lambda c: c.scratch_slots > 0, lambda s: bool(s.scratch_issued)),
     "a superseded boundary": (lambda c: True, lambda s: s.checkpoints_dropped > 0),
     "an orphaned checkpoint": (lambda c: True, lambda s: s.checkpoints_orphaned > 0),
+    # SPEC D.13: completion tokens.
+    "an unsettled READY image": (
+        lambda c: c.completions > 0,
+        lambda s: any(r.phase == "READY" and not r.settled for r in s.records.values()),
+    ),
+    "a restore reading an unsettled image": (
+        lambda c: c.completions > 0,
+        lambda s: any(not r.settled and r.pin_count > 0 for r in s.records.values()),
+    ),
+    "two completion tokens outstanding": (
+        lambda c: c.completions >= 2,
+        lambda s: len(s.completions) >= 2,
+    ),
+    # SPEC D.13, G12, G15: the overlap style.
+    "a boundary waiting for its forward": (lambda c: c.forwards, _boundary_waits),
+    "a boundary left behind by a skipped forward": (
+        lambda c: c.forwards and c.skip_forwards,
+        lambda s: (
+            s.last_forward is not None and any(f < s.last_forward for _, f in s.boundary_forwards)
+        ),
+    ),
+    "a scratch store waiting for its forward": (
+        lambda c: c.forwards and c.scratch_slots > 0,
+        lambda s: any(s.last_forward is None or f > s.last_forward for _, f in s.scratch_forwards),
+    ),
+    "a restore remembered for its sequence": (
+        lambda c: c.forwards,
+        lambda s: bool(s.restore_owners),
+    ),
+    "a restore into a scratch slot": (lambda c: c.scratch_restores, _restore_into_scratch),
 }
 
 
@@ -271,7 +342,7 @@ class Report:
             f"config {c.name}: units={c.units} U={c.units_per_checkpoint} hashes={c.hashes}"
             f" seqs={c.seqs} kv_owners={c.kv_owners} offload={c.offload} leases={c.leases}"
             f" transfers={c.transfers} scratch={c.scratch_slots} suspend={c.suspend}"
-            f" max_depth={c.max_depth}",
+            f" completions={c.completions} forwards={c.forwards} max_depth={c.max_depth}",
             f"{self.generated} states generated, {self.distinct} distinct states found,"
             f" {self.frontier_left} states left on queue.",
             f"The depth of the {'complete ' if self.complete else ''}state graph search is"
@@ -529,6 +600,9 @@ def _explore(
 # (invariants, environment agreement, drain) and queues it for the next level. Parent
 # pointers stay with the owner, and the main process walks them to rebuild a trace. The
 # first level with a violation ends the search, so a reported trace is a shortest one.
+# The last level (at the depth bound, most of the states) is checked but never kept as
+# worlds: owned successors are checked where they are generated, the others are pickled in
+# chunks as they come and checked by their owner one chunk at a time.
 
 
 def _worker(
@@ -550,6 +624,8 @@ def _worker(
     goal_checks = [(n, pred) for n, (applies, pred) in GOALS.items() if applies(cfg)]
     goals_met: set[str] = set()
     dropped_at_deadline = [0]
+    # States of the last level (at the depth bound): checked, counted, never kept.
+    unkept = [0]
 
     def note_goals(s: Snapshot) -> None:
         for n, pred in list(goal_checks):
@@ -557,43 +633,71 @@ def _worker(
                 goals_met.add(n)
                 goal_checks.remove((n, pred))
 
-    def receive(blobs: list[bytes], deadline: float | None) -> tuple[int, Any]:
-        items: list[Any] = list(local)
-        local.clear()
-        for blob in blobs:
-            items.extend(pickle.loads(blob))
-        new = 0
-        for i, item in enumerate(items):
-            if deadline is not None and i % 64 == 0 and time.perf_counter() >= deadline:
-                # Out of time: unchecked states are not counted; they stay on the frontier.
-                dropped_at_deadline[0] += len(items) - i
-                break
-            nkey, pkey, action, w = item[:4]
-            if nkey in parents:
-                continue
-            parents[nkey] = None if pkey is None else (pkey, action)
-            w.coord.row_sink = sink
-            new += 1
-            # Local successors carry the snapshot their sender already took.
-            s = item[4] if len(item) > 4 else w.snapshot()
-            for iname, msg in check_invariants(s):
-                return new, ("Invariant", iname, msg, nkey, None)
-            for msg in w.problems():
-                return new, ("Invariant", "environment_agreement", msg, nkey, None)
-            if check_drain:
-                problems = w.drain_problems()
-                if problems:
-                    return new, ("Liveness", "drain", problems[0], nkey, None)
-            note_goals(s)
+    def check(nkey: Any, w: World, s: Snapshot, keep: bool) -> Any:
+        """Check a new state this worker owns (its parent pointer already recorded); queue
+        it for the next level unless it is on the last one. A violation, or None."""
+        for iname, msg in check_invariants(s):
+            return ("Invariant", iname, msg, nkey, None)
+        for msg in w.problems():
+            return ("Invariant", "environment_agreement", msg, nkey, None)
+        if check_drain:
+            problems = w.drain_problems()
+            if problems:
+                return ("Liveness", "drain", problems[0], nkey, None)
+        note_goals(s)
+        if keep:
             frontier.append((w, nkey, s))
+        else:
+            unkept[0] += 1
+        return None
+
+    def receive(blobs: list[bytes], deadline: float | None, keep: bool) -> tuple[int, Any]:
+        new = 0
+        i = 0
+        # One blob at a time, so only its worlds are alive at once (the last level is most
+        # of the states; its worlds are dropped once checked).
+        batches: list[Any] = [local[:]]
+        local.clear()
+        for b in range(len(blobs) + 1):
+            items = batches.pop() if b == 0 else pickle.loads(blobs[b - 1])
+            for j, item in enumerate(items):
+                if deadline is not None and i % 64 == 0 and time.perf_counter() >= deadline:
+                    # Out of time: unchecked states are not counted; they stay on the frontier.
+                    rest = sum(len(pickle.loads(x)) for x in blobs[b:])
+                    dropped_at_deadline[0] += len(items) - j + rest
+                    return new, None
+                i += 1
+                nkey, pkey, action, w = item[:4]
+                if nkey in parents:
+                    continue
+                parents[nkey] = None if pkey is None else (pkey, action)
+                w.coord.row_sink = sink
+                new += 1
+                # Local successors carry the snapshot their sender already took.
+                viol = check(nkey, w, item[4] if len(item) > 4 else w.snapshot(), keep)
+                if viol is not None:
+                    return new, viol
+            del items
         return new, None
 
-    def expand(deadline: float | None) -> tuple[int, int, Any, dict[int, bytes]]:
-        generated = rejected = 0
+    def expand(
+        deadline: float | None, last: bool
+    ) -> tuple[int, int, Any, dict[int, list[bytes]], int]:
+        """Expand the frontier. With ``last``, the successors are the last level: the ones
+        this worker owns are checked here and dropped, the others are pickled in chunks as
+        they come, so no level of worlds beyond the frontier is ever alive at once."""
+        generated = rejected = new = 0
         outbox: dict[int, list[Any]] = {}
+        blobs: dict[int, list[bytes]] = {}
         level_keys: set[Any] = set()
         todo = list(frontier)
         frontier.clear()
+
+        def ship(o: int) -> None:
+            blobs.setdefault(o, []).append(
+                pickle.dumps(outbox.pop(o), protocol=pickle.HIGHEST_PROTOCOL)
+            )
+
         for i, (world, key, snap) in enumerate(todo):
             if deadline is not None and i % 64 == 0 and time.perf_counter() >= deadline:
                 # Out of time: the rest stays queued (reported as the frontier left).
@@ -610,6 +714,7 @@ def _worker(
                         rejected,
                         ("Table", type(exc).__name__, str(exc), key, action),
                         {},
+                        new,
                     )
                 except PagedStateError as exc:
                     rejected += 1
@@ -625,6 +730,7 @@ def _worker(
                                 action,
                             ),
                             {},
+                            new,
                         )
                     continue
                 generated += 1
@@ -639,31 +745,48 @@ def _worker(
                 level_keys.add(nkey)
                 nsnap = nxt.snapshot()
                 for iname, msg in check_step_invariants(snap, nsnap):
-                    return generated, rejected, ("Step invariant", iname, msg, key, action), {}
+                    return (
+                        generated,
+                        rejected,
+                        ("Step invariant", iname, msg, key, action),
+                        {},
+                        new,
+                    )
                 nxt.coord.row_sink = None
                 if owner == wid:
                     nxt.coord.row_sink = sink
-                    local.append((nkey, key, action, nxt, nsnap))
+                    if last:
+                        parents[nkey] = (key, action)
+                        new += 1
+                        viol = check(nkey, nxt, nsnap, False)
+                        if viol is not None:
+                            return generated, rejected, viol, {}, new
+                    else:
+                        local.append((nkey, key, action, nxt, nsnap))
                 else:
                     sent.add(nkey)
                     outbox.setdefault(owner, []).append((nkey, key, action, nxt))
+                    if last and len(outbox[owner]) >= 256:
+                        ship(owner)
             world.coord.row_sink = None
-        blobs = {
-            o: pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL) for o, items in outbox.items()
-        }
-        return generated, rejected, None, blobs
+        del todo
+        for o in list(outbox):
+            ship(o)
+        return generated, rejected, None, blobs, new
 
     while True:
         msg = conn.recv()
         op = msg[0]
         if op == "receive":
-            conn.send((*receive(msg[1], msg[2]), len(frontier) + dropped_at_deadline[0]))
+            got = receive(msg[1], msg[2], msg[3])
+            size = len(frontier) + dropped_at_deadline[0] + unkept[0]
+            conn.send((*got, size))
         elif op == "expand":
-            conn.send(expand(msg[1]))
+            conn.send(expand(msg[1], msg[2]))
         elif op == "parent":
             conn.send(parents.get(msg[1], None))
         elif op == "finish":
-            conn.send((sink, goals_met, len(frontier) + dropped_at_deadline[0]))
+            conn.send((sink, goals_met, len(frontier) + dropped_at_deadline[0] + unkept[0]))
             return
 
 
@@ -735,8 +858,9 @@ def explore_parallel(
     out_of_time = False
     try:
         while True:
+            last = cfg.max_depth is not None and depth >= cfg.max_depth
             for w, c in enumerate(conns):
-                c.send(("receive", inbox[w], deadline))
+                c.send(("receive", inbox[w], deadline, not last))
             sizes = 0
             for c in conns:
                 new, viol, size = c.recv()
@@ -763,16 +887,19 @@ def explore_parallel(
             if cfg.max_depth is not None and depth >= cfg.max_depth:
                 report.stopped = "depth bound"
                 break
+            # The next level is the last: its states are checked but never kept as worlds.
+            next_last = cfg.max_depth is not None and depth + 1 >= cfg.max_depth
             for c in conns:
-                c.send(("expand", deadline))
+                c.send(("expand", deadline, next_last))
             inbox = {w: [] for w in range(workers)}
             for c in conns:
-                generated, rejected, viol, blobs = c.recv()
+                generated, rejected, viol, blobs, new = c.recv()
                 report.generated += generated
                 report.rejected += rejected
+                report.distinct += new
                 violation = violation or viol
-                for target, blob in blobs.items():
-                    inbox[target].append(blob)
+                for target, chunks in blobs.items():
+                    inbox[target].extend(chunks)
             if violation is not None:
                 break
             out_of_time = deadline is not None and time.perf_counter() >= deadline

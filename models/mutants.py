@@ -9,7 +9,8 @@ nothing.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+import contextlib
+from collections.abc import Hashable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -124,16 +125,20 @@ class _ReclaimLease(PageUnitCheckpointStore):
         return super().reclaim_stale_offload_pins(timeout_s)
 
 
-# 7. SPEC F.35: a deferred nomination is dropped instead of put back at the front.
+# 7. SPEC F.35: a deferred nomination (its hash has an operation, or, D.13, its image is
+#    not settled) is dropped instead of put back at the front.
 class _DropDeferred(PageUnitCheckpointStore):
     def take_offload_stores(
         self, max_inflight: int
     ) -> list[tuple[StateStoreOperationId, tuple[int, ...]]]:
+        self.settle_completions()
         out = []
         while self._offload_ready and len(self._offload_pins) < max_inflight:
             cid = self._offload_ready.popleft()
             rec = self.records.get(cid)
             if rec is None or rec.phase != T.READY or self._hash_in_flight(rec.prefix_hash):
+                continue
+            if not rec.settled:
                 continue
             out.append(self._pin_offload_source(cid, timeout_reclaimable=True, now=self.clock()))
         return out
@@ -142,9 +147,19 @@ class _DropDeferred(PageUnitCheckpointStore):
 # 8. SPEC S4 / SPEC F.25: a new boundary does not supersede the older one, so both
 #    would be stored from the slot's latest state.
 class _KeepOlderBoundary(PagedStateCheckpointCoordinator):
-    def checkpoint(self, seq: SequenceLike, boundary_blocks: int, h: int) -> None:
+    def checkpoint(
+        self,
+        seq: SequenceLike,
+        boundary_blocks: int,
+        h: int,
+        *,
+        forward: int | None = None,
+        computed_blocks: int | None = None,
+    ) -> None:
         if self.applies(seq) and seq.state_slot >= 0:
             self._pending[(id(seq), h)] = (seq, h)
+            if forward is not None:
+                self._pending_forward[(id(seq), h)] = forward
 
 
 # 9. SPEC F.47 / C.10: a lease takes no pin, so its image can be evicted under the reader.
@@ -228,6 +243,55 @@ class _DoubleUnpin(PageUnitCheckpointStore):
         self._unpin(pin.checkpoint_id, "offload" if pin.reclaimable else "lease")
 
 
+# 16. SPEC D.13: the drain stores a boundary at once whatever forward it names: filed for
+#     the forward about to run, it is copied from the slot as the previous forward left it
+#     (a wrong-slot store under overlap: the older state under the newer hash).
+class _IgnoreBoundaryForward(PagedStateCheckpointCoordinator):
+    def take_checkpoint_ops(
+        self, *, forward: int | None = None
+    ) -> tuple[tuple[CheckpointStoreOp, ...], tuple[CheckpointRestoreOp, ...]]:
+        self._pending_forward.clear()
+        return super().take_checkpoint_ops(forward=forward)
+
+
+# 17. SPEC D.13, C.27: host readers (the CPU tier's take, a transfer's lease) pin an image
+#     whose batch's completion token has not reported done: the settled guard is bypassed
+#     (the image is treated as settled for the call), so the host reads bytes a copy on the
+#     device may still be writing.
+class _PinUnsettled(PageUnitCheckpointStore):
+    @contextlib.contextmanager
+    def _as_if_settled(self) -> Iterator[None]:
+        flipped = [c for c, r in self.records.items() if r.phase == T.READY and not r.settled]
+        for cid in flipped:
+            self.records[cid].settled = True
+        try:
+            yield
+        finally:
+            listed = {c for _token, cids in self._completions for c in cids}
+            for cid in flipped:
+                if cid in listed and cid in self.records:
+                    self.records[cid].settled = False
+
+    def take_offload_stores(
+        self, max_inflight: int
+    ) -> list[tuple[StateStoreOperationId, tuple[int, ...]]]:
+        with self._as_if_settled():
+            return super().take_offload_stores(max_inflight)
+
+    def acquire_checkpoint_source(
+        self, prefix_hash: int, *, max_inflight: int | None = None
+    ) -> tuple[StateStoreOperationId, tuple[int, ...]] | None:
+        with self._as_if_settled():
+            return super().acquire_checkpoint_source(prefix_hash, max_inflight=max_inflight)
+
+
+# 18. SPEC G12 (C.25): begin_restore checks the destination only against other restores
+#     (as ATOM does), so a restore may target a slot lent as midstep scratch.
+class _RestoreIntoLentScratch(PagedStateCheckpointCoordinator):
+    def _scratch_held(self, slot: int) -> bool:
+        return False
+
+
 MUTANTS: Mapping[str, Mutant] = {
     m.name: m
     for m in (
@@ -301,6 +365,21 @@ MUTANTS: Mapping[str, Mutant] = {
             "double_unpin_on_settle",
             "settle releases a source pin that phase 1 already released (S14)",
             _coordinator(_DoubleUnpin),
+        ),
+        Mutant(
+            "boundary_forward_ignored",
+            "a boundary is stored at the first drain whatever forward it names (D.13)",
+            _IgnoreBoundaryForward,
+        ),
+        Mutant(
+            "host_pin_unsettled",
+            "a lease or offload take pins an unsettled image (D.13, C.27)",
+            _coordinator(_PinUnsettled),
+        ),
+        Mutant(
+            "restore_into_lent_scratch",
+            "begin_restore targets a slot lent as midstep scratch (G12, C.25)",
+            _RestoreIntoLentScratch,
         ),
     )
 }

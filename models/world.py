@@ -5,6 +5,22 @@ boundaries and leaving their slots, drains and completions of batches, restores,
 owners taking and returning units (KV pressure), KV hash evictions, admin clears, the CPU
 tier handing out and reporting offload stores (in any order, duplicated and late), clock
 jumps past the reclaim timeout, external transfers and leases, and midstep scratch slots.
+Batches complete with or without a completion token (SPEC D.13,
+:class:`~pagedstate.spec.types.ManualCompletion`); the environment marks outstanding tokens
+done in any order and late, and settles them (``settle_completions``, rarely with
+``wait=True``). In the overlap style (``Config.forwards``) boundaries and midstep scratch
+stores name the forward that computes their state, drains take automatic forward ids, and
+restores are begun for a sequence (G15).
+
+Besides the store's own invariants, the environment checks what it can see from outside
+(:meth:`World.problems`): no host reader (``take_offload_stores``,
+``acquire_checkpoint_source``) is handed an image whose batch's token the environment has not
+marked done, and no image is settled while its token is not; in the overlap style, every
+store a drain returns for a boundary comes from a boundary whose named forward is exactly the
+forward drained last before that drain (no wrong-slot store under overlap), of the hash filed,
+no scratch store is issued before its forward ran, the pending boundaries and their forwards
+are the ones the environment filed, and ``forget_pending(seq)`` leaves no restore begun for
+``seq`` queued (G15), even after the slot was reset.
 
 A :class:`World` is deterministic: the same actions from the same configuration give the
 same state. Every action is a ``(name, args)`` pair, replayable with :meth:`World.act`,
@@ -27,6 +43,7 @@ from pagedstate.spec.snapshot import Snapshot
 from pagedstate.spec.types import (
     CHECKPOINT_OWNER,
     TRANSFER_OWNER,
+    ManualCompletion,
     PagedStateCheckpointSpec,
     StateStoreOperationId,
     SuspendedCheckpointRestore,
@@ -118,6 +135,18 @@ class Config:
         backlog_cap: nomination backlog cap (small, so overflow is reached).
         forfeit_bound: reclaimed operations remembered exactly (small, so the watermark moves).
         timeout_s: the reclaim timeout the environment uses; ``tick`` advances past it.
+        completions: batches may also complete with a completion token (SPEC D.13), while
+            fewer than this many tokens are outstanding in the store (0: never).
+        settle_wait: also ``settle_completions(wait=True)`` (a teardown's wait).
+        forwards: the overlap style (D.13): boundaries name forwards
+            (``checkpoint(..., forward=next_forward)`` before the drain, ``forward=
+            last_forward`` after it), drains take automatic ids, scratch stores are
+            published with ``forward=next_forward``, restores are begun with ``seq=`` and
+            ``forget_pending`` is also called after resetting the slot (G15).
+        skip_forwards: with ``forwards``, also drains naming ``next_forward + 1`` (forward
+            ids that skip a value, so a pending boundary can fall behind).
+        scratch_restores: also restores into the scratch slots (G12: refused while the slot
+            is lent as scratch; a queued one makes ``reserve_midstep`` refuse the slot).
         max_depth: stop exploring below this depth (``None``: until the space is exhausted).
     """
 
@@ -138,6 +167,11 @@ class Config:
     backlog_cap: int = 2
     forfeit_bound: int = 1
     timeout_s: float = 10.0
+    completions: int = 0
+    settle_wait: bool = False
+    forwards: bool = False
+    skip_forwards: bool = False
+    scratch_restores: bool = False
     max_depth: int | None = None
 
     @property
@@ -208,9 +242,25 @@ class World:
         # Unit tuples the copy launches of drained batches still touch (store targets and
         # restore sources), until the next completion: the GPU's view of the store.
         self.in_flight_units: tuple[tuple[int, ...], ...] = ()
+        # Completion tokens the environment passed and has not marked done, each with the
+        # checkpoints its completion published (SPEC D.13). Tokens are this world's own:
+        # `clone` gives the copy fresh ones (the store's clone shares them).
+        self.tokens: list[tuple[ManualCompletion, tuple[int, ...]]] = []
+        # The overlap style: the forward the environment named for each sequence's pending
+        # boundary (seq index -> (h, forward)), by the rules of SPEC D.1 steps 5-9 and D.13
+        # (superseded, forgotten, unindexed, cleared, taken by the drain after its forward),
+        # and for each queued scratch store (slot -> forward) while the coordinator has it.
+        self.filed: dict[int, tuple[int, int]] = {}
+        self.published: dict[int, int] = {}
+        # The overlap style: the slot of the queued restore begun for each sequence (G15),
+        # until a drain takes it, a suspend or a forget.
+        self.owned: dict[int, int] = {}
+        # What the environment saw go wrong during the last action (reported by `problems`).
+        self.alarms: tuple[str, ...] = ()
 
     def clone(self) -> World:
-        """A deep copy of the world; the coordinator's clock is re-pointed at the copy's."""
+        """A deep copy of the world (completion tokens included); the coordinator's clock is
+        re-pointed at the copy's."""
         w = World.__new__(World)
         w.__dict__.update(self.__dict__)
         w.clock = ManualClock(self.clock.now)
@@ -222,6 +272,21 @@ class World:
         w.ops = list(self.ops)
         w.owners = list(self.owners)
         w.scratch_res = list(self.scratch_res)
+        # `tokens`, `filed`, `published` and `owned` are replaced, never changed in place, so
+        # the copy shares them until it acts.
+        store = w.coord.store
+        if store._completions or self.tokens:
+            # The store's clone shares the token objects; this world's tokens are its own.
+            fresh: dict[int, ManualCompletion] = {}
+
+            def own(t: Any) -> ManualCompletion:
+                n = fresh.get(id(t))
+                if n is None:
+                    n = fresh[id(t)] = ManualCompletion(t.done)
+                return n
+
+            store._completions = [(own(t), cids) for t, cids in store._completions]
+            w.tokens = [(own(t), cids) for t, cids in self.tokens]
         return w
 
     # -- actions ------------------------------------------------------------------------
@@ -231,16 +296,19 @@ class World:
 
         Calls that are certainly no-ops of the reference model here (a drain with nothing to
         drain, a completion with nothing in flight, an unindex of a hash nobody holds, a
-        clock tick once every pin is past the timeout...) are left out: they could only lead
-        back to this state.
+        clock tick once every pin is past the timeout, a settle with no token done...) are
+        left out: they could only lead back to this state.
         """
         c = self.config
         coord = self.coord
         store = coord.store
         hs = range(1, c.hashes + 1)
+        contained = [h for h in hs if coord.contains(h)]
         out: list[Action] = []
         if coord._pending or store._queued_restores or coord._scratch_queued:
             out.append(("drain", ()))
+            if c.forwards and c.skip_forwards:
+                out.append(("drain_skip", ()))
         if (
             store._inflight_stores
             or store._inflight_restores
@@ -248,20 +316,43 @@ class World:
             or self.in_flight_units
         ):
             out.append(("complete", ()))
+        if c.completions:
+            comps: list[tuple[Any, list[int]]] = store._completions
+            if len(comps) < c.completions and self._publishable():
+                out.append(("complete_token", ()))
+            for i in range(len(self.tokens)):
+                out.append(("token_done", (i,)))
+            if any(t.done for t, _ in comps):
+                out.append(("settle_completions", ()))
+            if c.settle_wait and any(not t.done for t, _ in comps):
+                out.append(("settle_wait", ()))
         pending_seqs = {k[0] for k in coord._pending}
         pending_hashes = {h for _, h in coord._pending.values()}
         queued_slots = {op.dst_slot for _, op in store._queued_restores}
+        last = coord.last_forward if c.forwards else None
         for s in range(c.seqs):
             seq = self.seqs[s]
             for h in hs:
-                out.append(("checkpoint", (s, h)))
+                if not c.forwards:
+                    out.append(("checkpoint", (s, h)))
+                    continue
+                out.append(("checkpoint_next", (s, h)))
+                if last is not None:
+                    out.append(("checkpoint_last", (s, h)))
             if id(seq) in pending_seqs or seq.state_slot in queued_slots:
                 out.append(("forget", (s,)))
-            for h in hs:
-                if coord.contains(h):
-                    out.append(("begin_restore", (s, h)))
+                if c.forwards:
+                    out.append(("forget_reset", (s,)))
+            for h in contained:
+                out.append(("begin_restore", (s, h)))
             if c.suspend and seq.state_slot in queued_slots:
                 out.append(("suspend", (s,)))
+        if last is not None:
+            out.append(("checkpoint_stale", (0, 1)))  # refused, see _a_checkpoint_stale
+        if c.scratch_restores:
+            for i in range(c.scratch_slots):
+                for h in contained:
+                    out.append(("restore_scratch", (i, h)))
         for i in range(len(self.leases)):
             out.append(("resume", (i,)))
             out.append(("release_lease", (i,)))
@@ -294,9 +385,8 @@ class World:
             if pins:
                 out.append(("reclaim", ()))
         if c.leases:
-            for h in hs:
-                if coord.contains(h):
-                    out.append(("acquire", (h,)))
+            for h in contained:
+                out.append(("acquire", (h,)))
         for i in range(len(self.ops)):
             out.append(("release_source", (i,)))
             out.append(("settle", (i,)))
@@ -322,32 +412,230 @@ class World:
 
     def act(self, name: str, *args: Any) -> Any:
         """Perform one action. Errors the store raises on purpose propagate."""
-        return getattr(self, "_a_" + name)(*args)
+        self.alarms = ()
+        out = getattr(self, "_a_" + name)(*args)
+        if self.published:
+            self._sync_published()
+        return out
+
+    def _sync_published(self) -> None:
+        """Forget the forwards named for scratch stores the coordinator no longer has queued
+        (issued, refused, orphaned). From outside, a refused store cannot be told from one
+        kept over budget, so this follows the coordinator; the boundaries' forwards
+        (``filed``) the environment follows by itself."""
+        queued = {slot for _, slot in self.coord.snapshot().scratch_queued}
+        if not queued.issuperset(self.published):
+            self.published = {x: f for x, f in self.published.items() if x in queued}
+
+    def _cid_of(self, units: tuple[int, ...]) -> int | None:
+        """The checkpoint whose units these are (from the pool's tag), or None."""
+        tag = self.pool.owner_of(units[0]) if units else None
+        owner = tag[0] if tag is not None else None
+        if isinstance(owner, tuple) and owner[0] == CHECKPOINT_OWNER:
+            return owner[1]  # type: ignore[no-any-return]
+        return None
+
+    def _publishable(self) -> list[int]:
+        """The COPYING checkpoints the drained batches still write: what a completion now
+        would publish, in drain order."""
+        records = self.coord.store.records
+        out = []
+        for units in self.in_flight_units:
+            cid = self._cid_of(units)
+            rec = records.get(cid) if cid is not None else None
+            if rec is not None and rec.phase == "COPYING":
+                out.append(cid)
+        return out  # type: ignore[return-value]
+
+    def _alarm(self, msg: str) -> None:
+        self.alarms = (*self.alarms, msg)
+
+    def _host_read(self, what: str, units: tuple[int, ...]) -> None:
+        """A host reader was handed ``units``: their image must not be one whose batch's
+        completion token the environment has not marked done (SPEC D.13)."""
+        cid = self._cid_of(units)
+        for token, cids in self.tokens:
+            if cid in cids and not token.done:
+                self._alarm(
+                    f"{what} handed out checkpoint {cid}, whose batch's completion token is"
+                    " not done"
+                )
 
     def _a_drain(self) -> Any:
-        stores, restores = self.coord.take_checkpoint_ops()
+        return self._drain(None)
+
+    def _a_drain_skip(self) -> Any:
+        # Forward ids that skip a value (an engine whose step counter jumped).
+        return self._drain(self.coord.next_forward + 1)
+
+    def _drain(self, forward: int | None) -> Any:
+        coord = self.coord
+        prev = coord.last_forward
+        if forward is None:
+            stores, restores = coord.take_checkpoint_ops()
+        else:
+            stores, restores = coord.take_checkpoint_ops(forward=forward)
+        if self.config.forwards:
+            self._check_drain(prev, stores)
+        if self.owned:
+            self.owned = {}  # the drain took every queued restore
+        if self.filed and prev is not None:
+            # Taken by this drain: stored, skipped, refused, or dropped as behind (D.13).
+            self.filed = {s: (h, f) for s, (h, f) in self.filed.items() if f > prev}
         self.in_flight_units += tuple(op.unit_ids for op in stores) + tuple(
             op.unit_ids for op in restores
         )
         return stores, restores
 
+    def _check_drain(self, prev: int | None, stores: Iterable[Any]) -> None:
+        """The drain after forward ``prev`` returned ``stores``: a boundary store must come
+        from a boundary the environment filed naming exactly forward ``prev`` (else the
+        copy reads the slot as another forward left it: a wrong-slot store under overlap),
+        of the hash filed; a scratch store published for forward ``F`` only once ``F <=
+        prev`` (else the copy reads the scratch slot before forward ``F`` wrote it)."""
+        records = self.coord.store.records
+        for op in stores:
+            slot = op.src_slot
+            if slot < self.config.seqs:
+                entry = self.filed.get(slot)
+                if entry is None:
+                    if self.config.forwards:
+                        self._alarm(
+                            f"the drain after forward {prev} stored sequence {slot}'s slot, but"
+                            " no boundary of it is filed"
+                        )
+                    continue
+                h, f = entry
+                if f != prev:
+                    self._alarm(
+                        f"wrong-slot store under overlap: the drain after forward {prev} stored"
+                        f" sequence {slot}'s boundary {h}, filed for forward {f}"
+                    )
+                cid = self._cid_of(op.unit_ids)
+                rec = records.get(cid) if cid is not None else None
+                if rec is None or rec.prefix_hash != h:
+                    got = None if rec is None else rec.prefix_hash
+                    self._alarm(
+                        f"the drain stored sequence {slot}'s slot as {got!r}, but the"
+                        f" boundary filed was {h}"
+                    )
+            else:
+                fs = self.published.get(slot)
+                if fs is not None and (prev is None or fs > prev):
+                    self._alarm(
+                        f"the drain after forward {prev} issued the scratch store of slot"
+                        f" {slot}, published for forward {fs}: read before its forward ran"
+                    )
+
     def _a_complete(self) -> None:
         self.coord.complete_previous_batch()
         self.in_flight_units = ()
 
+    def _a_complete_token(self) -> None:
+        cids = self._publishable()
+        token = ManualCompletion()
+        self.coord.complete_previous_batch(token)
+        self.in_flight_units = ()
+        records = self.coord.store.records
+        published = tuple(c for c in cids if c in records)
+        if published:
+            self.tokens = [*self.tokens, (token, published)]
+
+    def _a_token_done(self, i: int) -> None:
+        # The batch's copies finished; the store learns it at its next poll.
+        token, _cids = self.tokens[i]
+        self.tokens = self.tokens[:i] + self.tokens[i + 1 :]
+        token.set()
+
+    def _a_settle_completions(self) -> int:
+        return self.coord.settle_completions()
+
+    def _a_settle_wait(self) -> int:
+        n = self.coord.settle_completions(wait=True)
+        self.tokens = [(t, cids) for t, cids in self.tokens if not t.done]
+        return n
+
     def _a_checkpoint(self, s: int, h: int) -> None:
         self.coord.checkpoint(self.seqs[s], 1, h)
 
+    def _file(self, s: int, h: int, forward: int) -> None:
+        self.coord.checkpoint(self.seqs[s], 1, h, forward=forward)
+        entry = self.filed.get(s)
+        if entry is None or entry[0] != h:  # re-filing the same hash keeps its forward (G1)
+            self.filed = {**self.filed, s: (h, forward)}
+
+    def _a_checkpoint_next(self, s: int, h: int) -> None:
+        # Filed when the batch that reaches the boundary is scheduled, before its drain.
+        self._file(s, h, self.coord.next_forward)
+
+    def _a_checkpoint_last(self, s: int, h: int) -> None:
+        # Filed after the drain of the forward that reaches it, before the next drain.
+        last = self.coord.last_forward
+        assert last is not None
+        self._file(s, h, last)
+
+    def _a_checkpoint_stale(self, s: int, h: int) -> None:
+        # Filed too late, naming the forward before the latest drain's: StaleBoundaryError
+        # (after forward 0 that is -1, refused as an InvalidArgumentError; either way
+        # refused, so whether a refusal is tried does not depend on the absolute id).
+        last = self.coord.last_forward
+        assert last is not None
+        self._file(s, h, last - 1)
+        self._alarm(f"a boundary naming forward {last - 1} was accepted after forward {last}")
+
     def _a_forget(self, s: int) -> None:
         self.coord.forget_pending(self.seqs[s])
+        self._forgotten(s)
+
+    def _a_forget_reset(self, s: int) -> None:
+        # The engine reset the slot before forgetting the request (G15: by identity).
+        seq = self.seqs[s]
+        slot = seq.state_slot
+        seq.state_slot = -1
+        try:
+            self.coord.forget_pending(seq)
+        finally:
+            seq.state_slot = slot
+        self._forgotten(s)
 
     def _a_begin_restore(self, s: int, h: int) -> bool:
-        return self.coord.begin_restore(h, self.seqs[s].state_slot)
+        seq = self.seqs[s]
+        if not self.config.forwards:
+            return self.coord.begin_restore(h, seq.state_slot)
+        began = self.coord.begin_restore(h, seq.state_slot, seq=seq)
+        if began:
+            self.owned = {**self.owned, s: seq.state_slot}
+        return began
+
+    def _a_restore_scratch(self, i: int, h: int) -> bool:
+        # A restore into a scratch slot: refused while the slot is lent as scratch (G12).
+        return self.coord.begin_restore(h, self.config.seqs + i)
 
     def _a_suspend(self, s: int) -> None:
-        lease = self.coord.suspend_queued_restore(self.seqs[s].state_slot)
+        slot = self.seqs[s].state_slot
+        lease = self.coord.suspend_queued_restore(slot)
         if lease is not None:
             self.leases.append(lease)
+            self._disown(slot)  # a suspended restore is no longer the sequence's (G15)
+
+    def _disown(self, slot: int) -> None:
+        if slot in self.owned.values():
+            self.owned = {s: x for s, x in self.owned.items() if x != slot}
+
+    def _forgotten(self, s: int) -> None:
+        """``forget_pending`` of sequence ``s`` returned: its boundary is gone, and so is the
+        restore begun for it, if one was still queued (G15: by identity, whatever its slot
+        says now)."""
+        if s in self.filed:
+            self.filed = {k: e for k, e in self.filed.items() if k != s}
+        slot = self.owned.get(s)
+        if slot is None:
+            return
+        self.owned = {k: x for k, x in self.owned.items() if k != s}
+        if self.coord.restore_queued_for(slot):
+            self._alarm(
+                f"forget_pending left the restore begun for sequence {s} queued into slot {slot}"
+            )
 
     def _a_resume(self, i: int) -> None:
         lease = self.leases[i]
@@ -369,9 +657,12 @@ class World:
 
     def _a_unindex(self, h: int) -> None:
         self.coord.unindex(h)
+        if self.filed:
+            self.filed = {s: (fh, f) for s, (fh, f) in self.filed.items() if fh != h}
 
     def _a_clear(self) -> None:
         self.coord.clear_index()
+        self.filed = {}
 
     def _a_kv_alloc(self, k: int) -> None:
         n = self.config.kv_units
@@ -389,14 +680,16 @@ class World:
         self.pool.release_units(self.kv_held[k][:1], (KV_OWNER, k))
 
     def _a_take_offload(self) -> None:
-        for op, _units in self.coord.take_offload_stores(self.config.max_offload_inflight):
+        for op, units in self.coord.take_offload_stores(self.config.max_offload_inflight):
             self.ops.append(op)
+            self._host_read("take_offload_stores", units)
 
     def _a_acquire(self, h: int) -> None:
         got = self.coord.acquire_checkpoint_source(h, max_inflight=self.config.max_offload_inflight)
         if got is not None:
             self.ops.append(got[0])
             self.lease_ops = self.lease_ops | {got[0]}
+            self._host_read("acquire_checkpoint_source", got[1])
 
     def _a_release_source(self, i: int) -> None:
         self.coord.release_offload_store_source(self.ops[i])
@@ -454,7 +747,13 @@ class World:
 
     def _a_publish_midstep(self, i: int) -> None:
         res = self.scratch_res.pop(i)
-        self.coord.publish_midstep([res])
+        if not self.config.forwards:
+            self.coord.publish_midstep([res])
+            return
+        # Published when the forward that writes the slot is scheduled, before its drain.
+        forward = self.coord.next_forward
+        self.coord.publish_midstep([res], forward=forward)
+        self.published = {**self.published, res[0]: forward}
 
     def _a_cancel_midstep(self, i: int) -> None:
         res = self.scratch_res.pop(i)
@@ -473,18 +772,45 @@ class World:
         memory (read only by the query ``was_reclaimed``), the clock's absolute value (only
         whether each offload pin is past the timeout), dirty marks, stale handles' identity,
         checkpoint ids (a record is named by its first unit, which is unique while it
-        lives) and transfer-owner generations. Hashes are relabelled by first appearance
-        (pool order, then the rest), which is sound because every action treats hashes
-        symmetrically: equal keys imply states equal up to a renaming of hashes.
+        lives), transfer-owner generations and completion tokens' identity (each token is
+        its done flag and the records it lists; each record carries its settled flag), and
+        forward ids (kept relative to the latest drain's, see :func:`_forward_key`). Hashes
+        are relabelled by first appearance (pool order, then the rest), which is sound
+        because every action treats hashes symmetrically: equal keys imply states equal up
+        to a renaming of hashes.
         """
         return _key(self)
 
     def problems(self) -> list[str]:
         """Agreement between the environment and the store: every handle the environment
         holds (offload op or lease awaiting its report, suspended-restore lease, transfer
-        reservation, scratch reservation, KV units) is still live in the store."""
+        reservation, scratch reservation, KV units) is still live in the store; no image
+        whose batch's completion token the environment has not marked done is settled
+        (SPEC D.13); in the overlap style, the pending boundaries and their forwards are the
+        ones the environment filed; and what the environment saw go wrong during the last
+        action (a host reader handed such an image, a wrong-slot store under overlap, see
+        :meth:`_check_drain`, a restore ``forget_pending`` left queued, G15)."""
         store = self.coord.store
-        out = []
+        out = list(self.alarms)
+        if self.config.forwards:
+            # The boundaries pending, each with the forward named for it, as the environment
+            # filed them (SPEC D.13, G1).
+            snap = self.coord.snapshot()
+            index: dict[Hashable, int] = {id(s): s.index for s in self.seqs}
+            named = dict(snap.boundary_forwards)
+            seen = {index.get(k, -1): (h, named.get(k)) for k, h in snap.pending_boundaries}
+            if seen != self.filed:
+                out.append(
+                    f"pending boundaries (sequence: (hash, forward)) are {seen}, but the"
+                    f" environment filed {self.filed}"
+                )
+        for token, cids in self.tokens:
+            if token.done:
+                continue
+            for cid in cids:
+                rec = store.records.get(cid)
+                if rec is not None and rec.settled:
+                    out.append(f"checkpoint {cid} is settled, but its completion token is not done")
         for op in self.ops:
             if op not in store._offload_pins:
                 out.append(f"the environment still holds {op} but the store dropped it")
@@ -516,9 +842,11 @@ class World:
         return out
 
     def drain_problems(self) -> list[str]:
-        """Drive a copy of this world to quiescence (:func:`drain_calls`) and report what
-        did not come back (:func:`quiescence_problems`): afterwards every unit must be free
-        and nothing pinned, pending, queued or in flight (no leak, no stuck pin)."""
+        """Drive a copy of this world to quiescence (:func:`drain_calls`, then
+        ``settle_completions(wait=True)``) and report what did not come back
+        (:func:`quiescence_problems`): afterwards every unit must be free and nothing
+        pinned, pending, queued, in flight or awaiting its completion token (no leak, no
+        stuck pin)."""
         w = self.clone()
         calls = drain_calls(
             leases=w.leases,
@@ -531,9 +859,15 @@ class World:
         try:
             for name, args in calls:
                 make_drain_call(w.coord, w.pool, name, args)
+            if self.config.completions:
+                w.coord.settle_completions(wait=True)  # a teardown waits for every token
         except PagedStateError as exc:
             return [f"the drain raised {type(exc).__name__}: {exc}"]
-        return quiescence_problems(w.coord.snapshot())
+        s = w.coord.snapshot()
+        out = quiescence_problems(s)
+        if s.completions:
+            out.append(f"drain left completions {s.completions!r}")
+        return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -639,7 +973,7 @@ def _key(w: World) -> tuple[Any, ...]:
             v = hmap.get(h)
             if v is None:
                 v = hmap[h] = len(hmap)
-            append((v, rec.phase, rec.pin_count))
+            append((v, rec.phase, rec.pin_count, rec.settled))
         else:
             o = owner[1] if kind == TRANSFER_OWNER else owner  # type: ignore[index]
             v = omap.get(o)
@@ -716,4 +1050,41 @@ def _key(w: World) -> tuple[Any, ...]:
     parts.append(w.stale_owner is not None)
     parts.append(tuple([(slot, ch(h)) for slot, _pos, h in w.scratch_res]))
     parts.append(w.in_flight_units)
+    parts.append(w.alarms)
+    cfg = w.config
+    if cfg.completions:
+        # Completion tokens: done or not, and the records each lists (D.13).
+        comps: list[tuple[Any, list[int]]] = store._completions
+        parts.append(
+            tuple([(t.done, tuple([fget(c, -1) for c in cids])) for t, cids in comps])
+            if comps
+            else ()
+        )
+        parts.append(
+            tuple([tuple([fget(c, -1) for c in cids]) for _t, cids in w.tokens]) if w.tokens else ()
+        )
+    if cfg.forwards:
+        parts.append(_forward_key(w, ch))
     return tuple(parts)
+
+
+def _forward_key(w: World, ch: Callable[[int], int]) -> tuple[Any, ...]:
+    """The overlap style's part of the key. Forward ids grow without bound, so they are
+    kept relative to the latest drain's (``last_forward``), and clamped where no later call
+    can tell them apart: a pending boundary named for an earlier forward is dropped at the
+    next drain whatever it names (``-1``), a queued scratch store named for a forward
+    already drained is issuable at every later drain (``0``). Read off the snapshot, so it
+    holds for any store."""
+    snap = w.coord.snapshot()
+    last = snap.last_forward
+    base = -1 if last is None else last
+    index: dict[Hashable, int] = {id(s): s.index for s in w.seqs}
+    return (
+        last is None,
+        tuple([(index.get(k, -1), max(f - base, -1)) for k, f in snap.boundary_forwards]),
+        tuple([(slot, max(f - base, 0)) for slot, f in snap.scratch_forwards]),
+        tuple([(index.get(k, -1), slot) for k, slot in snap.restore_owners]),
+        tuple(sorted((s, ch(h), max(f - base, -1)) for s, (h, f) in w.filed.items())),
+        tuple(sorted((slot, max(f - base, 0)) for slot, f in w.published.items())),
+        tuple(sorted(w.owned.items())),
+    )

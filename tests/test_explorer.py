@@ -2,9 +2,12 @@
 
 The reference model must pass every check in every state the explorer reaches, take every
 reachable table row and meet every applicable "sometimes" goal (a vacuous model or a bound
-set too small shows up as a missed row or goal). Around that: the report's TLC-style text,
-the JSON form of a counterexample, the canonical key's symmetry reduction, independent
-clones, determinism, and a drain check that can fail.
+set too small shows up as a missed row or goal), on ``tiny``, ``default`` and ``overlap``
+(the overlap style of SPEC D.13: forward ids, restores for a sequence and into scratch
+slots). Around that: the report's TLC-style text, the JSON form of a counterexample, the
+canonical key's symmetry reduction (hashes, completion tokens, forward ids), independent
+clones (completion tokens included), determinism, the parallel search against the
+sequential one, and a drain check that can fail.
 """
 
 from __future__ import annotations
@@ -16,13 +19,21 @@ from typing import Any
 import attrs
 import pytest
 
-from pagedstate.models.explorer import CONFIGS, Report, all_rows, explore, replay
+from pagedstate.models.explorer import (
+    CONFIGS,
+    Report,
+    all_rows,
+    explore,
+    explore_parallel,
+    replay,
+)
 from pagedstate.models.mutants import MUTANTS
 from pagedstate.models.world import KV_OWNER, Action, Config, World
 from pagedstate.spec import check_invariants
 from pagedstate.spec.types import CHECKPOINT_OWNER
 
 TINY = CONFIGS["tiny"]
+OVERLAP = CONFIGS["overlap"]
 
 
 def _run(trace: list[Action], config: Config = TINY, factory: Any = None) -> World:
@@ -45,11 +56,12 @@ def _assert_complete(report: Report) -> None:
 
 
 def test_reference_tiny() -> None:
-    """``tiny`` has no depth bound and cannot be exhausted in a test: at depth 8 the search
-    has 120,000 distinct states and 87,000 more on the queue (about 53 s). So it is searched
-    completely to depth 7 (every state reachable in at most 7 actions is visited and
-    checked): about 22,600 distinct and 113,000 generated states in about 8 s, enough to
-    take every reachable row and meet every goal (depth 6 misses two rows)."""
+    """``tiny`` cannot be exhausted in a test: at depth 8 the search has 105,000 distinct
+    states and 78,000 more on the queue (about 32 s on 2 workers). So it is searched
+    completely to depth 7, its own bound (every state reachable in at most 7 actions is
+    visited and checked): about 27,300 distinct and 133,000 generated states in about 12 s
+    (22,600 before completion tokens), enough to take every reachable row and meet every
+    goal (depth 6 misses two rows)."""
     report = explore(attrs.evolve(TINY, max_depth=7))
 
     _assert_complete(report)
@@ -58,15 +70,57 @@ def test_reference_tiny() -> None:
     assert report.distinct > 20_000
 
 
+#: The rows of completion tokens and settled images (SPEC D.13, B.3 rows 15-17, 24).
+SETTLE_ROWS = {("record", 14), ("record", 15), ("record", 25), ("record", 26)}
+
+#: The goals of the overlap style (forward ids, restores for a sequence and into scratch).
+OVERLAP_GOALS = {
+    "a boundary waiting for its forward",
+    "a boundary left behind by a skipped forward",
+    "a scratch store waiting for its forward",
+    "a restore remembered for its sequence",
+    "a restore into a scratch slot",
+    "two completion tokens outstanding",
+    "an unsettled READY image",
+    "a restore reading an unsettled image",
+}
+
+
+def test_reference_overlap() -> None:
+    """``overlap`` (SPEC D.13, G12, G15) searched completely to depth 7, one short of its
+    own bound: about 36,600 distinct and 199,000 generated states in about 20 s. Every row
+    of completion tokens and settled images is taken and every goal met; only the lost
+    report of a reclaimed offload op (a source release, a tick and a reclaim after the
+    store) needs the eighth step (see the slow test)."""
+    report = explore(attrs.evolve(OVERLAP, max_depth=7))
+
+    assert report.violation is None, report.text()
+    assert SETTLE_ROWS <= report.rows_hit
+    assert OVERLAP_GOALS <= set(report.goals_met)
+    assert report.rows_missed == ["offload:SOURCE_RELEASED+reclaim[reclaimable]->LOST_REPORT"]
+    assert report.goals_missed == []
+    assert report.depth == 7 and report.distinct > 30_000
+
+
+@pytest.mark.slow
+def test_reference_overlap_full() -> None:
+    """``overlap`` to its own bound, depth 8: about 152,700 distinct and 915,000 generated
+    states in about 100 s (60 s on 2 workers); every row taken, every goal met."""
+    report = explore(OVERLAP)
+
+    _assert_complete(report)
+    assert report.depth == 8
+
+
 @pytest.mark.slow
 def test_reference_default() -> None:
-    """``default`` (two-unit images) searched completely to depth 8: about 78,000 distinct
-    and 438,000 generated states in about 30 s."""
+    """``default`` (two-unit images) searched completely to depth 8: about 98,500 distinct
+    and 537,000 generated states in about 45 s (78,000 before completion tokens)."""
     report = explore(attrs.evolve(CONFIGS["default"], max_depth=8))
 
     _assert_complete(report)
     assert report.depth == 8
-    assert report.distinct > 70_000
+    assert report.distinct > 90_000
 
 
 # --- report and counterexample formats ---------------------------------------------------
@@ -107,6 +161,9 @@ def test_violation_json_round_trips_through_replay() -> None:
 
 _HASH_ARG = {
     "checkpoint": 1,
+    "checkpoint_next": 1,
+    "checkpoint_last": 1,
+    "restore_scratch": 1,
     "begin_restore": 1,
     "reserve_midstep": 1,
     "adopt": 1,
@@ -164,6 +221,49 @@ def test_key_invariant_under_hash_renaming(trace: list[Action]) -> None:
     assert a.key() == b.key()  # ...and the key does not see it
 
 
+#: The overlap style: h1 stored after forward 0 under a token, h2 filed for forward 2, a
+#: restore of h1 remembered for sequence 1, a scratch store of h2 published for forward 2.
+_OVERLAP_RICH: list[Action] = [
+    ("checkpoint_next", (0, 1)),
+    ("drain", ()),
+    ("drain", ()),
+    ("complete_token", ()),
+    ("checkpoint_last", (0, 2)),
+    ("begin_restore", (1, 1)),
+    ("reserve_midstep", (0, 2)),
+    ("publish_midstep", (0,)),
+]
+
+
+def test_key_invariant_under_hash_renaming_overlap() -> None:
+    a = _run(_OVERLAP_RICH, OVERLAP)
+    b = _run(_swap_hashes(_OVERLAP_RICH), OVERLAP)
+
+    assert a.snapshot() != b.snapshot()
+    assert a.key() == b.key()
+    s = a.snapshot()
+    assert s.boundary_forwards and s.scratch_forwards and s.restore_owners and s.completions
+
+
+def test_key_abstracts_forward_ids() -> None:
+    """Forward ids grow with every drain; the key keeps them relative to the latest one, so
+    the same situation one forward later is the same state (else the space is infinite)."""
+    once = [("checkpoint_next", (0, 1)), ("drain", ())]
+    later = [*once, ("forget", (0,)), ("checkpoint_next", (0, 1)), ("drain", ())]
+    a, b = _run(once, OVERLAP), _run(later, OVERLAP)
+
+    assert (a.coord.last_forward, b.coord.last_forward) == (0, 1)
+    assert a.snapshot().boundary_forwards != b.snapshot().boundary_forwards
+    assert a.key() == b.key()
+    # ...but not whether a boundary's forward has run yet: filed for the forward about to
+    # run (stored one drain later) vs for the forward just drained (stored at the next).
+    first = [("checkpoint_next", (0, 2)), ("drain", ())]
+    ahead = _run([*first, ("checkpoint_next", (1, 1))], OVERLAP)
+    now = _run([*first, ("checkpoint_last", (1, 1))], OVERLAP)
+    assert ahead.key() != now.key()
+    assert _run([("checkpoint_next", (0, 1))], OVERLAP).key() != a.key()
+
+
 @pytest.mark.parametrize(
     "left, right",
     [
@@ -185,6 +285,55 @@ def test_key_invariant_under_hash_renaming(trace: list[Action]) -> None:
 )
 def test_key_separates_asymmetric_states(left: list[Action], right: list[Action]) -> None:
     assert _run(left).key() != _run(right).key()
+
+
+_TOKEN = [("checkpoint", (0, 1)), ("drain", ()), ("complete_token", ())]
+
+
+@pytest.mark.parametrize(
+    "left, right",
+    [
+        # published settled (no token) vs unsettled (a token not done)
+        (_TOKEN[:2] + [("complete", ())], _TOKEN),
+        # the token done but not yet seen vs not done
+        (_TOKEN + [("token_done", (0,))], _TOKEN),
+        # the token seen done (settled, forgotten) vs done and not yet seen
+        (
+            _TOKEN + [("token_done", (0,)), ("settle_completions", ())],
+            _TOKEN + [("token_done", (0,))],
+        ),
+    ],
+    ids=["settled", "done", "seen"],
+)
+def test_key_separates_completion_states(left: list[Action], right: list[Action]) -> None:
+    assert _run(left).key() != _run(right).key()
+
+
+def test_tokens_out_of_order_and_late() -> None:
+    """Two outstanding tokens (``overlap`` allows two): the later one done first settles
+    only its own image, and only when the store polls (here, ``settle_completions``)."""
+    world = _run(
+        [
+            ("checkpoint_next", (0, 1)),
+            ("drain", ()),
+            ("drain", ()),
+            ("complete_token", ()),
+            ("checkpoint_last", (1, 2)),
+            ("drain", ()),
+            ("complete_token", ()),
+        ],
+        OVERLAP,
+    )
+    assert world.snapshot().completions == ((0,), (1,))
+    world.act("token_done", 1)
+    assert not world.snapshot().records[1].settled  # not seen yet
+    assert world.act("settle_completions") == 1
+    s = world.snapshot()
+    assert s.completions == ((0,),)
+    assert (s.records[0].settled, s.records[1].settled) == (False, True)
+    assert world.act("settle_wait") == 1
+    assert world.snapshot().completions == () and world.tokens == []
+    assert world.problems() == [] and world.drain_problems() == []
 
 
 def test_key_abstracts_ids_and_counters() -> None:
@@ -240,6 +389,49 @@ def test_clone_is_independent() -> None:
     assert world.coord.store.clock is world.clock and copy.coord.store.clock is copy.clock
 
 
+def test_clone_has_its_own_tokens() -> None:
+    """The store's clone shares completion tokens; the world's clone gives the copy its own,
+    so marking one done in a successor does not reach its parent or siblings."""
+    world = _run(_TOKEN)
+    copy = world.clone()
+    copy.act("token_done", 0)
+
+    assert world.tokens[0][0].done is False and world.coord.store._completions[0][0].done is False
+    assert copy.coord.store._completions[0][0].done is True
+    assert world.tokens[0][0] is world.coord.store._completions[0][0]  # still one object
+    assert world.key() == _run(_TOKEN).key() != copy.key()
+
+
+@pytest.mark.parametrize("config", ["tiny", "overlap"])
+def test_parallel_search_agrees(config: str) -> None:
+    """The parallel search visits exactly the sequential one's states (its last level is
+    checked where it is generated or one chunk at a time, never kept as worlds)."""
+    cfg = attrs.evolve(CONFIGS[config], max_depth=5)
+    one, two = explore(cfg), explore_parallel(cfg, workers=2)
+
+    assert (two.distinct, two.generated, two.rejected) == (
+        one.distinct,
+        one.generated,
+        one.rejected,
+    )
+    assert two.frontier_left == one.frontier_left > 0 and two.stopped == "depth bound"
+    assert two.rows_hit == one.rows_hit
+
+
+def test_parallel_search_checks_the_last_level() -> None:
+    """A violation on the last level (the depth bound is the shortest trace's length) is
+    found by the parallel search as by the sequential one."""
+    mutant = MUTANTS["host_pin_unsettled"].coordinator
+    cfg = attrs.evolve(TINY, max_depth=4)
+    one = explore(cfg, coordinator_factory=mutant)
+    two = explore_parallel(cfg, coordinator_factory=mutant, workers=2)
+
+    assert one.violation is not None and two.violation is not None
+    assert (two.violation.kind, two.violation.name) == (one.violation.kind, one.violation.name)
+    assert len(two.violation.trace) == len(one.violation.trace) == 4
+    assert explore_parallel(attrs.evolve(cfg, max_depth=3), coordinator_factory=mutant).ok is False
+
+
 def test_exploration_is_deterministic() -> None:
     one = explore("tiny", max_states=3_000)
     two = explore("tiny", max_states=3_000)
@@ -284,3 +476,11 @@ def test_drain_check_can_fail(leak: Callable[[World], None]) -> None:
     assert problems, "the drain did not notice the leak"
     assert any("drain left" in p or "drain raised" in p for p in problems), problems
     assert world.snapshot() == snap  # the drain ran on a copy
+
+
+def test_drain_waits_for_tokens() -> None:
+    """The drain ends with ``settle_completions(wait=True)``: a token nobody marked done
+    does not outlive it, and the world it ran on still waits for it."""
+    world = _run(_TOKEN)
+    assert world.drain_problems() == []
+    assert world.snapshot().completions == ((0,),) and not world.tokens[0][0].done
