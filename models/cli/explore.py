@@ -117,7 +117,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "--config",
         type=_config_name,
         default="default",
-        help="a configuration of pagedstate.models.explorer.CONFIGS: tiny, default, wide or overlap",
+        help="a configuration of pagedstate.models.explorer.CONFIGS (tiny, default, wide, overlap)",
     )
     explore.add_argument(
         "--workers",
