@@ -3,7 +3,7 @@
 #
 # The device image has its own python3 (torch, Triton, NumPy, attrs, pytest, hypothesis), no
 # install of this project and no network, so the package is put on PYTHONPATH as
-# pagedstate.{spec,models,impl,gpu} through links to this checkout. Everything goes to $OUT
+# pagedstate.{spec,models,impl,gpu,engines} through links to this checkout. Everything goes to $OUT
 # (the device tool brings it back): env.txt, gpu_tests.log, bench.log, bench.json,
 # gpu-benchmarks.md.
 #
@@ -11,7 +11,7 @@
 set -uo pipefail
 out=${OUT:-/tmp/gpu-out}
 mkdir -p "$out" /tmp/pp/pagedstate
-for d in spec models impl gpu; do ln -sfn "$PWD/$d" "/tmp/pp/pagedstate/$d"; done
+for d in spec models impl gpu engines; do ln -sfn "$PWD/$d" "/tmp/pp/pagedstate/$d"; done
 export PYTHONPATH=/tmp/pp PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=ci
 {
     date -u

@@ -13,7 +13,7 @@ out=${OUT:-/tmp/replay-out}
 traces=${TRACES:-data/traces}
 model=${MODEL:-Qwen/Qwen3-Next-80B-A3B-Instruct}
 mkdir -p "$out" /tmp/pp/pagedstate
-for d in spec models impl gpu; do ln -sfn "$PWD/$d" "/tmp/pp/pagedstate/$d"; done
+for d in spec models impl gpu engines; do ln -sfn "$PWD/$d" "/tmp/pp/pagedstate/$d"; done
 export PYTHONPATH=/tmp/pp PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=ci
 {
     date -u

@@ -6,7 +6,7 @@
 #
 # The device image has its own python3 (torch, NumPy, attrs, pytest, hypothesis), no install
 # of this project and no network, so the package is put on PYTHONPATH as
-# pagedstate.{spec,models,impl,gpu} through links to this checkout (as in
+# pagedstate.{spec,models,impl,gpu,engines} through links to this checkout (as in
 # tools/gpu_device_run.sh); the ranks the benchmark spawns inherit it. NVLink multicast stays
 # off (the machine's KINDS.md: NCCL_NVLS_ENABLE=0 and friends), also in the children.
 # Everything goes to $OUT: env.txt, transfer_tests.log, bench_transfer.log,
@@ -18,7 +18,7 @@
 set -uo pipefail
 out=${OUT:-/tmp/transfer-out}
 mkdir -p "$out" /tmp/pp/pagedstate
-for d in spec models impl gpu; do ln -sfn "$PWD/$d" "/tmp/pp/pagedstate/$d"; done
+for d in spec models impl gpu engines; do ln -sfn "$PWD/$d" "/tmp/pp/pagedstate/$d"; done
 export PYTHONPATH=/tmp/pp PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=ci
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 {
