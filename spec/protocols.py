@@ -9,6 +9,7 @@ implementations.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -435,21 +436,17 @@ def need_completion(completion: object) -> None:
 
 def need_forward(name: str, forward: object) -> int | None:
     """Check a forward id argument (SPEC D.13): ``None`` or an int >= 0 (not a bool; an
-    int subclass such as a NumPy integer is converted). Returns it as a plain int.
+    integer type such as a NumPy integer is converted). Returns it as a plain int.
 
     Raises:
         InvalidArgumentError: ``forward`` is neither.
     """
     if forward is None:
         return None
-    if isinstance(forward, bool) or not isinstance(forward, int) or forward < 0:
-        try:
-            import operator
-
-            value = operator.index(forward)  # type: ignore[arg-type]
-        except TypeError:
-            value = -1
-        if isinstance(forward, bool) or value < 0:
-            raise InvalidArgumentError(f"{name} must be None or an int >= 0, got {forward!r}")
-        return value
-    return int(forward)
+    try:
+        value = -1 if isinstance(forward, bool) else operator.index(forward)  # type: ignore[arg-type]
+    except TypeError:
+        value = -1
+    if value < 0:
+        raise InvalidArgumentError(f"{name} must be None or an int >= 0, got {forward!r}")
+    return value
