@@ -90,7 +90,7 @@ BENCH_ARGS ?=
 engine-setup: $(VLLM_STAMP)
 
 $(VLLM_STAMP): pyproject.toml
-	@echo "make engine-setup: creating $(VLLM_VENV) with $(VLLM) and pagedstate (about 3.5 GB, 1.5-3 min)"
+	@echo "make engine-setup: creating $(VLLM_VENV) with $(VLLM) and pagedstate (about 3.5 GB, 2-3 min)"
 	@SECONDS=0; set -e; \
 	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV); \
 	$(VLLM_PY) -m pip install --upgrade --progress-bar off -q pip; \

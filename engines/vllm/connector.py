@@ -48,7 +48,7 @@ from .worker import TierWorker
 if TYPE_CHECKING:
     from vllm.v1.core.kv_cache_manager import KVCacheManager
 
-__all__ = ["PagedStateConnector", "connectors"]
+__all__ = ["PagedStateConnector", "connectors", "scheduler_tier"]
 
 log = logging.getLogger("pagedstate.engines.vllm")
 
@@ -56,9 +56,22 @@ _LIVE: weakref.WeakSet[PagedStateConnector] = weakref.WeakSet()
 
 
 def connectors() -> list[PagedStateConnector]:
-    """The connectors alive in this process (an in-process engine has a scheduler-side and
-    a worker-side one), for tests and benchmarks that read their counters."""
+    """The connectors alive in this process, in no fixed order (an in-process engine has a
+    scheduler-side one, with ``tier`` set, and a worker-side one, with ``worker`` set)."""
     return list(_LIVE)
+
+
+def scheduler_tier() -> PrefixTier:
+    """The prefix tier of the one scheduler-side connector alive in this process (an
+    in-process engine), to read its counters (``stats``, ``units_held()``,
+    ``outstanding()``, ``is_idle()``).
+
+    Raises:
+        LookupError: no scheduler-side connector is alive, or more than one is."""
+    tiers = [c.tier for c in _LIVE if c.tier is not None]
+    if len(tiers) != 1:
+        raise LookupError(f"{len(tiers)} scheduler-side connectors alive in this process, not 1")
+    return tiers[0]
 
 
 class _Meta(KVConnectorMetadata):

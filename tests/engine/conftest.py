@@ -7,14 +7,13 @@ with the pagedstate tier, in process (VLLM_ENABLE_V1_MULTIPROCESSING=0).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
-
-import importlib.util
 
 import pytest
 

@@ -27,6 +27,12 @@ def engine(model_path: str, workdir: Path, reference: dict[str, Any]) -> Any:
     return eng
 
 
+def scheduler_tier() -> Any:
+    from pagedstate.engines.vllm.connector import scheduler_tier as tier
+
+    return tier()
+
+
 def tier_side() -> Any:
     from pagedstate.engines.vllm.connector import connectors
 
@@ -59,7 +65,7 @@ def drain(core: Any, outs: list[Any] | None = None, limit: int = 400) -> None:
 def settled(engine: Any) -> None:
     """The tier owes nothing: coordinator idle, no pin, no request (a last step's report
     may still be on its way: one empty step delivers it)."""
-    tier = tier_side().tier
+    tier = scheduler_tier()
     if not tier.is_idle():
         engine.llm_engine.step()
     assert tier.is_idle(), tier.outstanding()
@@ -70,7 +76,7 @@ def test_run_a_then_b_hits_come_from_the_tier(engine: Any, reference: dict[str, 
     names = [n for n in C.all_prompts() if n.startswith(("shared-", "trace-"))]
     a = {n: run(engine, n) for n in names}
     engine.reset_prefix_cache()  # vLLM's own cache emptied; the tier keeps its prefixes
-    tier = tier_side().tier
+    tier = scheduler_tier()
     before = dict(tier.stats)
     b = {n: run(engine, n) for n in names}
     for n in names:
@@ -106,7 +112,7 @@ def test_abort_mid_prefill(engine: Any, reference: dict[str, Any]) -> None:
 def test_request_finishing_while_its_store_is_in_flight(
     engine: Any, reference: dict[str, Any]
 ) -> None:
-    tier = tier_side().tier
+    tier = scheduler_tier()
     before = tier.stats["finished_in_flight"]
     exact(run(engine, "inflight"), reference["inflight"])
     assert tier.stats["finished_in_flight"] > before
@@ -156,7 +162,7 @@ def test_pool_full_refused_stores_cost_nothing(engine: Any, reference: dict[str,
 
 
 def test_concurrent_requests_leave_the_store_idle(engine: Any) -> None:
-    tier = tier_side().tier
+    tier = scheduler_tier()
     hits = tier.stats["hits"]
     engine.reset_prefix_cache()
     names = [n for n in C.all_prompts() if n.startswith(("shared-", "trace-"))]
@@ -170,7 +176,7 @@ def test_concurrent_requests_leave_the_store_idle(engine: Any) -> None:
 def test_planted_connector_bug_changes_outputs(engine: Any, reference: dict[str, Any]) -> None:
     """A load let go a step early (reported synchronous): vLLM runs the request before its
     state is restored, and the outputs show it."""
-    tier = tier_side().tier
+    tier = scheduler_tier()
     tier.plant = "sync-load"
     try:
         engine.reset_prefix_cache()

@@ -5,8 +5,8 @@ Both engines get the same total cache memory in blocks of one page: (a) vLLM alo
 ``TOTAL`` blocks; (b) vLLM with ``TOTAL - UNITS`` blocks plus the tier's ``UNITS`` units
 (one unit = one vLLM block of every attention layer = the same bytes as one vLLM block
 here). The requests: the shared-prefix prompts and the trace slice of
-``tools/vllm_e2e/common.py``, each run alone, in order, twice (a second visit of every
-conversation). Printed and written as JSON (``--json``): prompt tokens served from cache
+``tools/vllm_e2e/common.py``, each run alone, in order, then again in reverse order (a
+second visit of every conversation, the most recent first). Printed and written as JSON (``--json``): prompt tokens served from cache
 (vLLM's ``num_cached_tokens``, and the tier's share), recurrent-state bytes held per cached
 prefix, and wall time per request, with the ratio (b)/(a) of each, from one run.
 """
@@ -41,8 +41,8 @@ def run_config(path: str, total: int, units: int | None) -> dict[str, Any]:
     walls: list[float] = []
     cached = 0
     tokens = 0
-    for _round in range(2):
-        for n in names:
+    for order in (names, names[::-1]):  # a second visit, the most recent first
+        for n in order:
             p, k = prompts[n]
             t = time.perf_counter()
             out = engine.generate([{"prompt_token_ids": p}], C.params(k), use_tqdm=False)[0]
