@@ -159,6 +159,7 @@ class PrefixTier:
         self._step_pins: dict[int, list[int]] = {}
         # KV page hash -> the image hashes whose prefix runs through it (insertion order)
         self._dependents: dict[int, dict[int, None]] = {}
+        self._dep_caps: dict[int, int] = {}  # the size at which a list is pruned next
         self._tokens: dict[int, ManualCompletion] = {}
         self._last_token: ManualCompletion | None = None
         self._pass_open = False
@@ -341,11 +342,29 @@ class PrefixTier:
                 continue
             del self._pages[h]
             self.pool.release_units([unit], ("kv-page", h))
+            self._dep_caps.pop(h, None)
             for image in self._dependents.pop(h, {h: None}):
                 self.coordinator.unindex(image)
             self.stats["kv_pages_evicted"] += 1
             return True
         return False
+
+    def _depends(self, page: int, image: int) -> None:
+        """Record that ``image``'s prefix runs through KV page ``page``. Entries of images
+        the store no longer holds are pruned once the page's list has doubled since its
+        last pruning, so each list stays within twice its live images plus 8 (amortized
+        O(1) per call)."""
+        deps = self._dependents.setdefault(page, {})
+        deps[image] = None
+        if len(deps) > self._dep_caps.get(page, 8):
+            coord = self.coordinator
+            live = {
+                h: None
+                for h in deps
+                if coord.store.contains_or_pending(h) or h in coord._pending_by_hash
+            }
+            self._dependents[page] = live
+            self._dep_caps[page] = max(8, 2 * len(live))
 
     def _make_room(self, count: int) -> bool:
         """At least ``count`` free units, evicting least recently used KV pages (with the
@@ -396,7 +415,7 @@ class PrefixTier:
         kv_saves: list[tuple[int, int]] = []
         step_pages: list[int] = []
         coord = self.coordinator
-        filed = 0
+        filed: set[int] = set()
         for rid, n_new in scheduled.items():
             seq = self._seqs.get(rid)
             if seq is None or n_new <= 0:
@@ -432,11 +451,12 @@ class PrefixTier:
                     if _NULL_BLOCK not in state:
                         h_n = seq.hashes[n - 1]
                         coord.checkpoint(seq, n, h_n, computed_blocks=n)
-                        filed += 1
+                        if not coord.store.contains_or_pending(h_n):
+                            filed.add(h_n)  # the drain will try to store it (once)
                         pages = self._pages
                         for hj in seq.hashes[:n]:
-                            self._dependents.setdefault(hj, {})[h_n] = None
-                            if hj in pages:
+                            if hj in pages:  # a page vLLM's own cache served has no eviction
+                                self._depends(hj, h_n)
                                 pages.move_to_end(hj)  # the whole prefix is recently used
                         slot_blocks[seq.state_slot] = state
                         seq.last_store_step = self.step
@@ -444,7 +464,7 @@ class PrefixTier:
         if filed:
             # room for the images before the drain reserves them: least recently used KV
             # pages go first (the store would otherwise refuse the image, or evict another)
-            self._make_room(filed * self.tl.units_per_checkpoint)
+            self._make_room(len(filed) * self.tl.units_per_checkpoint)
         loaded: list[str] = []
         kv_loads: list[tuple[int, int]] = []
         for seq in self._seqs.values():
@@ -504,6 +524,9 @@ class PrefixTier:
         self.coordinator.clear_index()
         while self._evict_page():
             pass
+        # every image is gone: no page (pinned ones included) has a dependent left
+        self._dependents.clear()
+        self._dep_caps.clear()
         return not self._pages
 
     def outstanding(self) -> dict[str, int]:

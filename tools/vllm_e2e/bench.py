@@ -6,9 +6,11 @@ Both engines get the same total cache memory in blocks of one page: (a) vLLM alo
 (one unit = one vLLM block of every attention layer = the same bytes as one vLLM block
 here). The requests: the shared-prefix prompts and the trace slice of
 ``tools/vllm_e2e/common.py``, each run alone, in order, then again in reverse order (a
-second visit of every conversation, the most recent first). Printed and written as JSON (``--json``): prompt tokens served from cache
-(vLLM's ``num_cached_tokens``, and the tier's share), recurrent-state bytes held per cached
-prefix, and wall time per request, with the ratio (b)/(a) of each, from one run.
+second visit of every conversation, the most recent first). Printed and written as JSON
+(``--json``): prompt tokens served from cache (vLLM's ``num_cached_tokens``, and the tier's
+share), recurrent-state bytes held per cached prefix, and wall time per request (median
+over ``--reps`` alternating runs of each config, each run's first request left out as
+warm-up), with the ratio (b)/(a) of each, from one invocation.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ def run_config(path: str, total: int, units: int | None) -> dict[str, Any]:
         "tokens_from_cache": cached,
         "wall_s_per_request_median": round(statistics.median(walls), 4),
         "wall_s_per_request_mean": round(statistics.mean(walls), 4),
+        "wall_s_per_request": [round(w, 3) for w in walls],
     }
     from pagedstate.engines.vllm.connector import connectors
 
@@ -112,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         help="TOTAL:UNITS pairs: cache blocks in all, and of them the tier's (default"
         " 96:48,384:256)",
     )
+    ap.add_argument("--reps", type=int, default=2, help="runs of each config (default 2)")
     ap.add_argument("--config", choices=("vllm", "tier"), help="run one config (internal)")
     ap.add_argument("--total", type=int, default=96, help=argparse.SUPPRESS)
     ap.add_argument("--units", type=int, default=48, help=argparse.SUPPRESS)
@@ -129,11 +133,23 @@ def main(argv: list[str] | None = None) -> int:
     }
     for total, units in sizes:
         row: dict[str, Any] = {"total_blocks": total, "tier_units": units}
-        for cfg in ("vllm", "tier"):
-            print(
-                f"bench-engine: {cfg} with {total} blocks (engine start ~15-60 s) ...", flush=True
-            )
-            row[cfg] = _sub(cfg, total, units)
+        reps: dict[str, list[dict[str, Any]]] = {"vllm": [], "tier": []}
+        for rep in range(args.reps):  # alternating, so both see the same drift in load
+            for cfg in ("vllm", "tier"):
+                print(
+                    f"bench-engine: {cfg} with {total} blocks, run {rep + 1}/{args.reps}"
+                    " (engine start 15-60 s, then 34 requests) ...",
+                    flush=True,
+                )
+                reps[cfg].append(_sub(cfg, total, units))
+        for cfg, runs in reps.items():
+            # the first request of a run warms the engine up: left out of the wall figures
+            walls = [w for r in runs for w in r["wall_s_per_request"][1:]]
+            row[cfg] = dict(runs[0])
+            row[cfg]["wall_s_per_request_median"] = round(statistics.median(walls), 4)
+            row[cfg]["wall_s_per_request_mean"] = round(statistics.mean(walls), 4)
+            row[cfg]["runs"] = len(runs)
+            row[cfg]["wall_s_per_request"] = [r["wall_s_per_request"] for r in runs]
         a, b = row["vllm"], row["tier"]
         row["ratios_tier_over_vllm"] = {
             "tokens_from_cache": round(b["tokens_from_cache"] / max(a["tokens_from_cache"], 1), 3),
