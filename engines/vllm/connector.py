@@ -28,6 +28,7 @@ between them. The connector API's limits are in docs/vllm.md.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -74,6 +75,12 @@ def scheduler_tier() -> PrefixTier:
     return tiers[0]
 
 
+def _close_at_exit(ref: weakref.ref[PagedStateConnector]) -> None:
+    conn = ref()
+    if conn is not None:
+        conn.shutdown()
+
+
 class _Meta(KVConnectorMetadata):
     def __init__(self, plan: StepPlan) -> None:
         self.plan = plan
@@ -118,6 +125,9 @@ class PagedStateConnector(KVConnectorBase_V1, SupportsHMA):
                 from pagedstate.impl.eventlog import EventLog, attach
 
                 self.event_log = attach(self.tier.coordinator, EventLog(str(path)))
+                # an engine dropped without shutdown(): the footer is written at interpreter
+                # exit (a weak reference, so the connector can still be collected)
+                atexit.register(_close_at_exit, weakref.ref(self))
         self._finished_loads: set[str] = set()
         self._report: list[int] = []
         _LIVE.add(self)

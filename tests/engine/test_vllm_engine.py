@@ -1,5 +1,13 @@
-"""pagedstate's prefix tier inside vLLM (issue 18): outputs exact, hits from the tier, the
-store idle at the end, and the event log of the whole run replayed clean on the reference.
+"""pagedstate's prefix tier inside vLLM (issue 18, `make engine-check`): outputs exact, hits
+from the tier, the store idle at the end, and the event log of the whole run replayed clean
+on the reference.
+
+Skipped where vLLM is not installed (`make test` runs in .venv, which has no vLLM). One
+reference engine (prefix caching off) runs every prompt alone first, in a subprocess; the
+tests share one engine with the pagedstate tier, in process
+(VLLM_ENABLE_V1_MULTIPROCESSING=0). No conftest.py here: the suite's modules import
+helpers from ``tests/conftest.py`` by the name ``conftest``, which a second conftest would
+shadow.
 
 vLLM's CPU build is not batch invariant (a request's logprobs change with what it is batched
 with, prefix caching off or on: docs/vllm.md), so every comparison runs its request alone,
@@ -8,13 +16,46 @@ as the reference did; the concurrent run checks the store, not the logprobs.
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import common as C
 import pytest
+
+pytest.importorskip("vllm", reason="vLLM is not installed: make engine-check")
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools" / "vllm_e2e"))
+
+import common as C  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("vllm")
+
+
+@pytest.fixture(scope="session")
+def model_path(workdir: Path) -> str:
+    return C.make_model(workdir / "model")
+
+
+@pytest.fixture(scope="session")
+def reference(model_path: str, workdir: Path) -> dict[str, dict[str, Any]]:
+    """Every prompt run alone with prefix caching off, in its own process."""
+    out = workdir / "reference.json"
+    subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "vllm_e2e" / "common.py"), model_path, str(out)],
+        check=True,
+        env={**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
+    )
+    data: dict[str, dict[str, Any]] = json.loads(out.read_text())
+    return data
+
 
 NUM_UNITS = 400
 
