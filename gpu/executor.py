@@ -456,6 +456,12 @@ class TorchCopyExecutor(CopyExecutorBase):
             for ss, so, ds, do, ln in p.rows()
         ]
 
+    def _slot_index(self, tensor: int, slots: Any) -> Any:
+        """The rows of slot tensor ``tensor`` that hold ``slots`` (a tensor of slot ids):
+        the slots themselves here; an adapter whose slots live at other rows per tensor
+        (an engine's per-layer block tables) overrides this."""
+        return slots
+
     def _run(self, batch: CheckedBatch) -> None:
         torch = _torch()
         t = self.tensors
@@ -471,14 +477,14 @@ class TorchCopyExecutor(CopyExecutorBase):
             slots = torch.as_tensor(batch.store_slots, device=dev)
             units = torch.as_tensor(batch.store_units, device=dev)
             for ss, so, piece, region, do, ln in self._spans:
-                src = slot_rows[ss][slots, so : so + ln]
+                src = slot_rows[ss][self._slot_index(ss, slots), so : so + ln]
                 kv_rows[region][units[:, piece], do : do + ln] = src
         if len(batch.restore_slots):
             slots = torch.as_tensor(batch.restore_slots, device=dev)
             units = torch.as_tensor(batch.restore_units, device=dev)
             for ss, so, piece, region, do, ln in self._spans:
                 src = kv_rows[region][units[:, piece], do : do + ln]
-                slot_rows[ss][slots, so : so + ln] = src
+                slot_rows[ss][self._slot_index(ss, slots), so : so + ln] = src
         if len(batch.scrub_units):
             idx = torch.as_tensor(batch.scrub_units, device=dev)
             for rows in kv_rows:

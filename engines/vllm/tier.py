@@ -398,7 +398,12 @@ class PrefixTier:
         this step. ``scheduled`` maps request ids to the tokens scheduled for them (their
         ``num_computed_tokens`` not yet advanced), ``preempted`` names requests vLLM
         preempted in this pass, ``block_ids_of(req_id)`` gives a request's block ids per
-        group as of this step."""
+        group as of this step (vLLM's ``KVCacheManager.get_block_ids``). Returns the
+        :class:`~.plan.StepPlan` (its ops in pool units and connector slots).
+
+        Raises:
+            InvalidArgumentError: as the coordinator's ``checkpoint`` and
+                ``take_checkpoint_ops`` (a request's state is read at the drain)."""
         self._open()
         for rid in preempted:
             seq = self._seqs.get(rid)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pagedstate.gpu.executor import CheckedBatch, TorchCopyExecutor
+from pagedstate.gpu.executor import TorchCopyExecutor
 from pagedstate.gpu.tensors import StateTensors, _torch
 from pagedstate.spec.errors import InvalidArgumentError
 
@@ -141,41 +141,23 @@ class VllmStateTensors(StateTensors):
 
 
 class VllmCopyExecutor(TorchCopyExecutor):
-    """pagedstate's torch executor over :class:`VllmStateTensors`: each slot tensor is
-    indexed by the vLLM state block of its layer's group for the batch's slots."""
+    """pagedstate's torch executor over :class:`VllmStateTensors`: the same copy, with each
+    slot tensor's rows taken from the vLLM state block of its layer's group for the batch's
+    slots (:meth:`TorchCopyExecutor._slot_index`).
+
+    Raises (from ``execute``): as :class:`TorchCopyExecutor`, and
+    :class:`~pagedstate.spec.errors.InvalidArgumentError` for an op on a slot the step did
+    not map (``TierWorker.run`` refuses such a plan before copying anything)."""
 
     name = "torch-vllm"
 
-    def _run(self, batch: CheckedBatch) -> None:
-        torch = _torch()
+    def _slot_index(self, tensor: int, slots: Any) -> Any:
         t = self.tensors
         assert isinstance(t, VllmStateTensors)
-        dev = t.device
-        slot_rows, kv_rows, groups = t._slot_rows, t._kv_rows, t.slot_group
-        for slots_np, units_np, store in (
-            (batch.store_slots, batch.store_units, True),
-            (batch.restore_slots, batch.restore_units, False),
-        ):
-            if not len(slots_np):
-                continue
-            blocks = t.slot_blocks[torch.as_tensor(slots_np, device=dev)]
-            if bool((blocks < 0).any()):
-                raise InvalidArgumentError("an op names a slot this step did not map")
-            units = torch.as_tensor(units_np, device=dev)
-            for ss, so, piece, region, do, ln in self._spans:
-                rows = blocks[:, groups[ss]]
-                if store:
-                    kv_rows[region][units[:, piece], do : do + ln] = slot_rows[ss][
-                        rows, so : so + ln
-                    ]
-                else:
-                    slot_rows[ss][rows, so : so + ln] = kv_rows[region][
-                        units[:, piece], do : do + ln
-                    ]
-        if len(batch.scrub_units):
-            idx = torch.as_tensor(batch.scrub_units, device=dev)
-            for r in kv_rows:
-                r.index_fill_(0, idx, 0)
+        blocks = t.slot_blocks[slots][:, t.slot_group[tensor]]
+        if bool((blocks < 0).any()):
+            raise InvalidArgumentError("an op names a slot this step did not map")
+        return blocks
 
 
 class TierWorker:
@@ -197,8 +179,16 @@ class TierWorker:
         self.copies = {"kv_saves": 0, "kv_loads": 0, "stores": 0, "restores": 0}
 
     def run(self, plan: StepPlan) -> None:
-        """Run a step's copies (after its forward): KV pages saved, then the drain's
-        stores, restores and scrub (validated whole first), then KV pages loaded."""
+        """Run a step's copies (after its forward): KV pages saved (one page of
+        ``page_bytes`` per attention layer per pair), then the drain's stores, restores and
+        scrub, then KV pages loaded. The whole plan is checked before anything is copied.
+
+        Raises:
+            InvalidArgumentError: a slot mapping that is out of range or names one block
+                twice, an op on a slot the plan does not map, or a KV page pair out of
+                range; nothing copied.
+            CopyOpError, BatchHazardError, BatchTooLargeError: the drain's ops fail
+                pagedstate's batch validation (SPEC E.4-E.5); nothing copied."""
         torch = _torch()
         t = self.tensors
         dev = t.device
