@@ -5,6 +5,7 @@ per-owner calls of :mod:`.pool` they make, declared for mypy."""
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pagedstate.spec.errors import DuplicateUnitError, InvalidArgumentError
 
 from ._args import need_int
+from ._pool_extents import _Extents
 
 #: Runs an iterator to its end at C speed, keeping nothing (a deque of maxlen 0).
 _consume: Callable[[Iterable[object]], None] = deque[object](maxlen=0).extend
@@ -49,11 +51,11 @@ def _outside(unit: object, num_units: int) -> str:
     return f"unit {unit} is outside the pool's range [0, {num_units}) (G16)"
 
 
-#: What undoes one reservation: its units (piece order), owner, the hashes of the cached
-#: units it took (its last ``len(hashes)`` units, in order) and the vacant heap's array it
-#: drained (a reservation that takes a cached unit takes every vacant one first). Its vacant
-#: units go back as that array, or onto the heap if units went vacant since.
-_UndoRecord = tuple[list[int], Hashable, list[int], list[int]]
+#: What undoes one reservation: its runs (piece order), owner, the hashes of the cached
+#: units it took and those units (its last ``len(hashes)`` units, in order), and the vacant
+#: index it drained (a reservation that takes a cached unit takes every vacant one first).
+#: Its vacant units go back as that index, or run by run if units went vacant since.
+_UndoRecord = tuple[list[tuple[int, int]], Hashable, list[int], list[int], Any]
 
 
 class _PoolBase:
@@ -63,14 +65,18 @@ class _PoolBase:
 
     num_units: int
     on_evict: EvictionCallback | None
-    _vacant: list[int]
+    _ext: _Extents
     _cached: OrderedDict[int, int]
-    _owners: list[Hashable | None]
-    _pieces: list[int]
+    _tag: array[int]
+    _pbase: array[int]
+    _who: dict[int, Hashable]
+    _next_handle: int
     _held: dict[Hashable, int]
     _held_ckpt: dict[Hashable, int]
     _held_xfer: dict[Hashable, int]
-    _dirty: set[int]
+    _dirtyf: bytearray
+    _dirty_runs: list[tuple[int, int]]
+    _dirty_prune_at: int
     _defer: int
     _deferred: list[int]
     _undo: list[_UndoRecord]
@@ -87,3 +93,11 @@ class _PoolBase:
         def _need_owner(self, name: str, owner: Hashable) -> None: ...
 
         def _validate_whole(self, unit_ids: Any, owner: Hashable) -> tuple[int, ...]: ...
+
+        def _tag_runs(self, runs: list[tuple[int, int]], owner: Hashable) -> None: ...
+
+        def _untag_runs(self, runs: Iterable[tuple[int, int]]) -> None: ...
+
+        def _holds_runs(self, runs: Any, owner: Hashable) -> bool: ...
+
+        def dirty_units(self) -> frozenset[int]: ...

@@ -1,6 +1,6 @@
 """The production pool's ``self_check``: its own indexes (the vacant heap, the cached LRU,
-the per-owner counts, the deferral state) checked against the unit tags, for tests and the
-conformance kit. A mixin of :class:`~.pool.UnitPool`."""
+the per-owner counts, the reservation handles, the dirty index, the deferral state) checked
+against the unit tags, for tests and the conformance kit. A mixin of :class:`~.pool.UnitPool`."""
 
 from __future__ import annotations
 
@@ -15,20 +15,20 @@ class _Checks(_PoolBase):
     def self_check(self) -> list[str]:
         """Problems with the pool's own indexes, as sentences (empty: none): what the
         snapshot does not show, checked against the unit tags. Between calls, every untagged
-        unit is in exactly one of the vacant min-heap and the cached LRU, and no tagged one
-        is; the heap keeps its order; free units carry piece 0; each owner's count is the
-        number of units tagged with it, and its pieces are ``0..count-1``; no deferral is
+        unit is in exactly one of the vacant extents and the cached LRU, and no tagged one
+        is; the extents are maximal, indexed both ways and on the heap, which keeps its
+        order; free units carry piece 0; every tag's handle is a live reservation's; each
+        owner holds one reservation, its count is the number of units tagged with it, and its
+        pieces are ``0..count-1``; every dirty unit is in the dirty index; no deferral is
         open. For tests and the conformance kit (its ``self_check`` hook). Never raises.
         O(num_units).
         """
         out: list[str] = []
-        owners, pieces = self._owners, self._pieces
-        vacant = self._vacant
-        if len(set(vacant)) != len(vacant):
-            out.append("the vacant heap holds a unit twice")
-        if any(vacant[(i - 1) // 2] > vacant[i] for i in range(1, len(vacant))):
-            out.append("the vacant heap is out of order")
-        free = {u for u, o in enumerate(owners) if o is None}
+        tag, pbase, who = self._tag, self._pbase, self._who
+        ext = self._ext
+        out.extend(ext.problems())
+        vacant = ext.units()
+        free = {u for u, h in enumerate(tag) if not h}
         in_vacant, in_cached = set(vacant), set(self._cached)
         if in_vacant & in_cached:
             out.append(f"units both vacant and cached: {sorted(in_vacant & in_cached)}")
@@ -36,13 +36,23 @@ class _Checks(_PoolBase):
             out.append(
                 f"free units {sorted(free)} but vacant + cached {sorted(in_vacant | in_cached)}"
             )
-        if any(pieces[u] for u in free):
+        if any(pbase[u] for u in free):
             out.append("a free unit carries a piece")
+        handles = {h for h in tag if h}
+        if handles != set(who):
+            out.append("the reservation handles of the tags are not the pool's handles")
+        if any(h >= self._next_handle for h in handles):
+            out.append("a tag carries a handle not yet handed out")
         seen: dict[int, dict[Hashable, list[int]]] = {}
-        for u, o in enumerate(owners):
-            if o is not None:
+        by_handle: dict[int, dict[Hashable, int]] = {}
+        for u, h in enumerate(tag):
+            if h and h in who:
+                o = who[h]
                 counts, key = self._count_of(o)
-                seen.setdefault(id(counts), {}).setdefault(key, []).append(pieces[u])
+                prev = by_handle.setdefault(id(counts), {}).setdefault(key, h)
+                if prev != h:
+                    out.append(f"owner {key!r} holds two reservations")
+                seen.setdefault(id(counts), {}).setdefault(key, []).append(u - pbase[u])
         for counts in (self._held, self._held_ckpt, self._held_xfer):
             tagged = seen.get(id(counts), {})
             if dict(counts) != {k: len(v) for k, v in tagged.items()}:
@@ -50,6 +60,14 @@ class _Checks(_PoolBase):
             for key, got in tagged.items():
                 if sorted(got) != list(range(len(got))):
                     out.append(f"owner {key!r}'s pieces are {sorted(got)}, not 0..{len(got) - 1}")
+        flagged = {u for u, f in enumerate(self._dirtyf) if f}
+        indexed: set[int] = set()
+        for a, b in self._dirty_runs:
+            indexed.update(range(a, b))
+        if not flagged <= indexed:
+            out.append(f"dirty units {sorted(flagged - indexed)} are missing from the dirty index")
+        if any(f not in (0, 1) for f in self._dirtyf):
+            out.append("a dirty flag is neither 0 nor 1")
         if self._defer or self._deferred or self._undo:
             out.append("a deferral is still open between calls")
         return out

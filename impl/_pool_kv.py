@@ -7,12 +7,11 @@ mixin of :class:`~.pool.UnitPool`."""
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Hashable
-from itertools import repeat
 from typing import Any
 
 from pagedstate.spec.errors import EvictionCallbackError, InvalidArgumentError
+from pagedstate.spec.ops import unit_runs
 
 from ._args import is_dirtying, is_int
 from ._pool_base import _consume, _ids_list, _PoolBase, _UndoRecord
@@ -90,30 +89,40 @@ class _KVSide(_PoolBase):
         """Put a reservation's units back where they were (vacant, or cached under their
         hashes at the cold end of the LRU, in order). Only while every unit is still
         tagged as reserved (a callback may have released or retagged them): returns whether
-        it undid anything. O(count log n)."""
-        units, owner, evicted, drained = undo
-        owners, pieces = self._owners, self._pieces
-        if any(
-            (owners[u] is not owner and owners[u] != owner) or pieces[u] != piece
-            for piece, u in enumerate(units)
-        ):
+        it undid anything. O(runs log n + cached units)."""
+        runs, owner, evicted, taken, drained = undo
+        if not runs or not self._holds_runs(runs, owner):
             return False
-        for u in units:
-            owners[u] = None
-            pieces[u] = 0
-        self._add_held(owner, -len(units))
-        n_vacant = len(units) - len(evicted)
-        vacant = self._vacant
-        if vacant:  # a callback released units since: the same units, pushed back
-            for u in units[:n_vacant]:
-                heapq.heappush(vacant, u)
-        else:  # the heap as it was, array and all (G8 compares every structure)
-            vacant[:] = drained
+        h = self._tag[runs[0][0]]
+        piece = sum(c for _, c in runs)
+        self._untag_runs(runs)
+        if h == self._next_handle - 1:  # the handle goes back too (G8 compares the counter)
+            self._next_handle = h
+        self._add_held(owner, -piece)
+        ext = self._ext
+        if drained is not None and not ext.count:
+            ext.attach(drained)  # the index as it was, arrays and all (G8 compares them)
+        else:
+            # a callback released units since (or nothing was drained): the same vacant
+            # units, given back run by run
+            cached_set = set(taken)
+            for a, c in runs:
+                start = None
+                for u in range(a, a + c) if cached_set else ():
+                    if u in cached_set:
+                        if start is not None:
+                            ext.give(start, u)
+                            start = None
+                    elif start is None:
+                        start = u
+                if not cached_set:
+                    ext.give(a, a + c)
+                elif start is not None:
+                    ext.give(start, a + c)
         cached = self._cached
-        # equivalent mutants: equal lengths (the last len(evicted) units are the cached ones)
-        taken = units[n_vacant:]
-        for u, h in zip(reversed(taken), reversed(evicted), strict=True):  # pragma: no mutate
-            cached[u] = h
+        # equivalent mutants: equal lengths (the cached units taken, in order)
+        for u, hh in zip(reversed(taken), reversed(evicted), strict=True):  # pragma: no mutate
+            cached[u] = hh
             cached.move_to_end(u, last=False)  # pragma: no mutate (last=None is False)
         return True
 
@@ -123,7 +132,7 @@ class _KVSide(_PoolBase):
         """Release a whole KV reservation but park unit ``i`` as a cached block of
         ``prefix_hashes[i]`` (``None``: the unit goes vacant). Cached units stay free and are
         handed out after every vacant unit, least recently cached first; reusing one fires
-        ``on_evict``. O(k log n).
+        ``on_evict``. O(k) (a vacant unit merges into its neighbours' extent in O(1)).
 
         Raises:
             InvalidArgumentError: ``prefix_hashes`` is not a list/tuple of ints or ``None``
@@ -144,15 +153,14 @@ class _KVSide(_PoolBase):
         for h in prefix_hashes:
             if h is not None and not is_int(h):
                 raise InvalidArgumentError(f"a prefix hash must be an int or None, got {h!r}")
-        owners, pieces = self._owners, self._pieces
+        self._untag_runs(unit_runs(ids))
+        give, cached = self._ext.give, self._cached
         # equivalent mutants: lengths checked equal
         for u, h in zip(ids, prefix_hashes, strict=True):  # pragma: no mutate
-            owners[u] = None
-            pieces[u] = 0
             if h is None:
-                heapq.heappush(self._vacant, u)
+                give(u, u + 1)
             else:
-                self._cached[u] = h
+                cached[u] = h
         self._add_held(owner, -len(ids))
 
     def claim_cached_units(self, unit_ids: Any, owner: Hashable) -> None:
@@ -177,8 +185,8 @@ class _KVSide(_PoolBase):
             if u not in self._cached:
                 raise InvalidArgumentError(f"unit {u} is not a cached free unit")
         _consume(map(self._cached.__delitem__, ids))
-        _consume(map(self._owners.__setitem__, ids, repeat(owner)))
-        _consume(map(self._pieces.__setitem__, ids, range(len(ids))))
+        if ids:
+            self._tag_runs(list(unit_runs(ids)), owner)
         self._add_held(owner, len(ids))
 
     def uncache_units(self, unit_ids: Any) -> None:
@@ -194,6 +202,7 @@ class _KVSide(_PoolBase):
         for u in ids:
             if u not in self._cached:
                 raise InvalidArgumentError(f"unit {u} is not a cached free unit")
+        give = self._ext.give
         for u in ids:
             del self._cached[u]
-            heapq.heappush(self._vacant, u)
+            give(u, u + 1)

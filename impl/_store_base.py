@@ -12,6 +12,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
+from pagedstate.spec.ops import UnitRuns, run_units
 from pagedstate.spec.tables import Row, Table
 from pagedstate.spec.types import (
     CheckpointRestoreOp,
@@ -35,18 +36,19 @@ _Completion = tuple[CompletionToken, list[int]]
 
 
 class _Record:
-    __slots__ = ("prefix_hash", "unit_ids", "phase", "pin_count", "stamp", "settled")
+    __slots__ = ("prefix_hash", "runs", "phase", "pin_count", "stamp", "settled")
 
     def __init__(
         self,
         prefix_hash: int,
-        unit_ids: tuple[int, ...],
+        runs: UnitRuns,
         phase: str,
         pin_count: int = 0,
         settled: bool = True,
     ) -> None:
         self.prefix_hash = prefix_hash
-        self.unit_ids = unit_ids
+        #: The image's units as maximal runs in piece order (SPEC A.5).
+        self.runs = runs
         self.phase = phase
         self.pin_count = pin_count
         #: LRU recency stamp (see ``_CID_BITS`` in :mod:`.store`); meaningful while READY
@@ -56,8 +58,13 @@ class _Record:
         #: COPYING and while an outstanding completion lists the record.
         self.settled = settled
 
+    @property
+    def unit_ids(self) -> tuple[int, ...]:
+        """The image's unit ids in piece order. O(units)."""
+        return run_units(self.runs)
+
     def copy(self) -> _Record:
-        c = _Record(self.prefix_hash, self.unit_ids, self.phase, self.pin_count, self.settled)
+        c = _Record(self.prefix_hash, self.runs, self.phase, self.pin_count, self.settled)
         c.stamp = self.stamp
         return c
 

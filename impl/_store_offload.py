@@ -22,6 +22,7 @@ from pagedstate.spec.errors import (
     read_clock,
 )
 from pagedstate.spec.guards import record_step
+from pagedstate.spec.ops import unit_runs
 from pagedstate.spec.types import CHECKPOINT_OWNER, StateStoreOperationId
 
 from ._args import is_checkpoint_owner, is_dirtying, is_int, need_int
@@ -319,7 +320,7 @@ class _Offload(_StoreBase):
             self.pool.rekey_units(unit_ids, owner, (CHECKPOINT_OWNER, cid))
         self._next_checkpoint_id += 1
         # equivalent mutants: the row sets the phase
-        rec = _Record(prefix_hash, tuple(unit_ids), T.ABSENT)  # pragma: no mutate
+        rec = _Record(prefix_hash, unit_runs(unit_ids), T.ABSENT)  # pragma: no mutate
         self.records[cid] = rec
         self._apply(cid, rec, row)
         return True

@@ -20,6 +20,9 @@ from pagedstate.spec.types import CheckpointRestoreOp, SuspendedCheckpointRestor
 from ._args import need_int
 from ._store_base import _StoreBase
 
+#: The store's restore op constructor: its runs are maximal and well formed (SPEC A.5).
+_restore_op = CheckpointRestoreOp._of_runs
+
 #: The row of a new restore, its key constant, looked up once in its table (which still
 #: decides it: a missing row fails here, at import).
 _BEGIN_RESTORE = T.RESTORE.step(T.R_NONE, "begin_restore")
@@ -81,7 +84,7 @@ class _Restores(_StoreBase):
         self._apply(cid, rec, T.RECORD.step(rec.phase, "pin_restore"))
         self._lru.move_to_end(cid)
         self._refresh(cid, rec)
-        op = CheckpointRestoreOp(dst_slot, rec.unit_ids, self.spec.image_bytes, self.spec.layout_id)
+        op = _restore_op(dst_slot, rec.runs, self.spec.image_bytes, self.spec.layout_id)
         self._queued_restores[dst_slot] = (cid, op)
         if self.row_sink is not None or self.on_transition is not None:
             self._took(T.RESTORE, rrow, (cid, dst_slot))

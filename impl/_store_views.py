@@ -109,6 +109,16 @@ class _Views(_StoreBase):
         pool = self.pool
         if type(pool) is UnitPool:
             for cid, rec in records.items():
+                runs = rec.runs
+                if sum(c for _, c in runs) != self._units or any(
+                    a + c == b for (a, c), (b, _) in zip(runs, runs[1:], strict=False)
+                ):
+                    out.append(
+                        f"record {cid}'s runs {runs} are not {self._units} units as maximal runs"
+                    )
+                # run by run at C speed; a unit only when its run is off (SPEC A.5)
+                if pool._holds_runs(runs, (CHECKPOINT_OWNER, cid)):
+                    continue
                 for piece, u in enumerate(rec.unit_ids):
                     if pool.owner_of(u) != ((CHECKPOINT_OWNER, cid), piece):
                         out.append(f"unit {u} of record {cid} is tagged {pool.owner_of(u)!r}")

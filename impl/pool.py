@@ -10,9 +10,10 @@ exactly one of:
   cid)``), a transfer reservation (``("state-transfer", owner)``), or live KV under any
   owner the engine chooses (for example ``("live-kv", req_id)``).
 
-Reservations hand out vacant units first, lowest id first (a min-heap), then cached units,
-least recently cached first (an ordered map): a cached KV block is the last thing a
-reservation overwrites. Overwriting one is the pool's *eviction event*: it fires
+Reservations hand out vacant units first, lowest id first (free extents on a min-heap of
+their starts, so an image from an unfragmented pool is one run of consecutive ids: SPEC
+A.5), then cached units, least recently cached first (an ordered map): a cached KV block is
+the last thing a reservation overwrites. Overwriting one is the pool's *eviction event*: it fires
 ``on_evict(prefix_hash)``.
 
 Engine protocol (:class:`KVBlockPool`)
@@ -71,10 +72,14 @@ Dirty units (SPEC G10): a unit released from a checkpoint or a transfer reservat
 holds raw state bytes; it is *dirty* until the executor scrubs it and calls
 :meth:`UnitPool.mark_clean`. A dirty unit stays dirty while free or reserved.
 
-Complexity: every call is O(k) in the number of units it names or hands out (O(k log n)
-for the vacant min-heap), independent of the pool size and of the number of owners; the
-whole-reservation check (G9) reads a per-owner unit count instead of walking the tags.
-``snapshot_parts`` and ``clone`` are O(num_units).
+Complexity (SPEC A.5): the store's own path (``_reserve_runs`` / ``_release_runs``, a
+record's runs) takes O(runs log n) Python steps per image, plus O(units) at C speed (memory
+fills of the per-unit tag, piece and dirty arrays), plus one step per cached KV unit it
+overwrites; it does not grow with the units per image. The engine-facing calls that name
+unit ids (``release_units``, ``cache_units``, ...) are O(k) in the ids named, and
+``reserve_units`` returns its ids as a list (O(k)). Nothing depends on the pool size or the
+number of owners; the whole-reservation check (G9) reads a per-owner unit count instead of
+walking the tags. ``snapshot_parts``, ``self_check`` and ``clone`` are O(num_units).
 
 Modules: this one holds :class:`UnitPool` with its constructor, the readings, the per-owner
 counts and the raw-unit contract, and :class:`SlotPool`; the pool's mixins hold the KV side
@@ -85,9 +90,10 @@ shared pieces and the mixins' typed base are in :mod:`._pool_base`.
 from __future__ import annotations
 
 import heapq
+import re
+from array import array
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable
-from itertools import repeat
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from pagedstate.spec.errors import (
@@ -96,18 +102,35 @@ from pagedstate.spec.errors import (
     StoreOwnedUnitsError,
     WrongOwnerError,
 )
+from pagedstate.spec.ops import run_units, unit_runs
 from pagedstate.spec.protocols import need_slots
 from pagedstate.spec.types import CHECKPOINT_OWNER, TRANSFER_OWNER
 
 from ._args import need_hashable, need_int
-from ._pool_base import EvictionCallback, _consume, _ids_list, _outside, _UndoRecord
+from ._pool_base import EvictionCallback, _ids_list, _outside, _UndoRecord
 from ._pool_checks import _Checks
+from ._pool_extents import _Extents, _zeros
 from ._pool_kv import _callback_error, _Deferral, _KVSide
 
 __all__ = ["UnitPool", "SlotPool", "KVBlockPool", "EvictionCallback"]
 
 #: The owner kinds that belong to the store (SPEC A.3): ``(kind, ident)`` owners.
 _STORE_KINDS = (CHECKPOINT_OWNER, TRANSFER_OWNER)
+#: A stretch of dirty flags (one a unit), and the flags of a fresh dirty run.
+_ONES_RUN = re.compile(b"\x01+")
+_ONE = re.compile(b"\x01")
+_NUM_ONES = 4096
+_ONES = memoryview(b"\x01" * _NUM_ONES)
+#: ``array('q')`` runs of zeros by length, made once (the fills of a release read them).
+_ZERO_RUNS: dict[int, array[int]] = {}
+
+
+def _zero_run(n: int) -> array[int]:
+    """``n`` zeros as an ``array('q')``, kept for reuse when short (at most 512 lengths)."""
+    z = _zeros(n)
+    if n <= 4096 and len(_ZERO_RUNS) < 512:
+        _ZERO_RUNS[n] = z
+    return z
 
 
 @runtime_checkable
@@ -169,22 +192,21 @@ class UnitPool(_KVSide, _Checks):
             raise InvalidArgumentError(f"on_evict must be callable or None, got {on_evict!r}")
         self.num_units = num_units
         self.on_evict: EvictionCallback | None = on_evict
-        # Vacant free units, a min-heap holding exactly the vacant units (no stale entries:
-        # a unit enters it when released or uncached and leaves it when reserved). A unit is
-        # free (vacant or cached) exactly when it has no tag.
-        self._vacant: list[int] = list(range(num_units))
+        # Vacant free units as free extents, lowest first (SPEC A.5; see _pool_extents). A
+        # unit is free (vacant or cached) exactly when it has no tag.
+        self._ext = _Extents(num_units)
         # Cached free units -> prefix hash, least recently cached first.
         self._cached: OrderedDict[int, int] = OrderedDict()
-        # The tag ``(owner, piece)`` of every unit by id, as two parallel lists: the owner
-        # (None while free) and the piece (0 while free, so that equal pools hold equal
-        # lists). Lists, not a dict: a reservation touches neighbouring ids, which share
-        # cache lines, and churn never rebuilds them (a dict of millions of units is rebuilt
-        # as keys come and go, and misses the cache on every new key). Two lists, not one
-        # list of tuples: no tuple is built per unit when reserving, freed when releasing or
-        # dereferenced when checking (the owner is shared by the whole reservation; pieces
-        # are small cached ints).
-        self._owners: list[Hashable | None] = [None] * num_units
-        self._pieces: list[int] = [0] * num_units
+        # The tag ``(owner, piece)`` of every unit by id, as two int64 arrays written run by
+        # run at C speed (SPEC A.5): ``_tag[u]``, the handle of the reservation holding u (0
+        # while free), whose owner is ``_who[handle]``; ``_pbase[u]``, the unit's id minus its
+        # piece (constant along a run; 0 while free, so that equal pools hold equal arrays).
+        # A reservation's runs are tagged with two memory fills each, not a Python step per
+        # unit; a rekey rewrites one ``_who`` entry.
+        self._tag: array[int] = _zeros(num_units)
+        self._pbase: array[int] = _zeros(num_units)
+        self._who: dict[int, Hashable] = {}
+        self._next_handle = 1
         # Units held per (hashable) owner: the whole-reservation check of G9 without a walk.
         # A checkpoint's owner ``("state-checkpoint", cid)`` is counted apart, under its
         # ``cid`` (see ``_count_of``): the store holds one such owner per record, and
@@ -195,7 +217,12 @@ class UnitPool(_KVSide, _Checks):
         self._held: dict[Hashable, int] = {}
         self._held_ckpt: dict[Hashable, int] = {}
         self._held_xfer: dict[Hashable, int] = {}
-        self._dirty: set[int] = set()
+        # Dirty units (G10): a flag per unit (``is_dirty`` in O(1); set run by run at C
+        # speed), and the runs that were flagged, for ``dirty_units`` to walk without reading
+        # every unit: a superset of the dirty units, pruned when walked and when it grows.
+        self._dirtyf = bytearray(num_units)
+        self._dirty_runs: list[tuple[int, int]] = []
+        self._dirty_prune_at = 1024
         # Eviction callbacks held by deferred_evictions() blocks (nesting depth, hashes), and
         # what undoes each reservation that fired them (see _unreserve).
         self._defer = 0
@@ -210,14 +237,16 @@ class UnitPool(_KVSide, _Checks):
         """A deep copy sharing nothing mutable (``on_evict`` is shared). O(num_units)."""
         c = type(self).__new__(type(self))
         c.__dict__.update(self.__dict__)
-        c._vacant = list(self._vacant)
+        c._ext = self._ext.clone()
         c._cached = OrderedDict(self._cached)
-        c._owners = list(self._owners)
-        c._pieces = list(self._pieces)
+        c._tag = array("q", self._tag)
+        c._pbase = array("q", self._pbase)
+        c._who = dict(self._who)
         c._held = dict(self._held)
         c._held_ckpt = dict(self._held_ckpt)
         c._held_xfer = dict(self._held_xfer)
-        c._dirty = set(self._dirty)
+        c._dirtyf = bytearray(self._dirtyf)
+        c._dirty_runs = list(self._dirty_runs)
         c._deferred = list(self._deferred)
         c._undo = list(self._undo)
         c._store_access = _StoreAccess(c)
@@ -229,7 +258,7 @@ class UnitPool(_KVSide, _Checks):
     @property
     def num_free(self) -> int:
         """Free units, vacant and cached (a cached KV block is reclaimable). O(1)."""
-        return len(self._vacant) + len(self._cached)
+        return self._ext.count + len(self._cached)
 
     @property
     def num_cached(self) -> int:
@@ -244,7 +273,7 @@ class UnitPool(_KVSide, _Checks):
         """
         if type(n) is not int or n < 0:  # pragma: no mutate (need_int re-checks)
             need_int("n", n, 0)
-        return len(self._vacant) + len(self._cached) >= n
+        return self._ext.count + len(self._cached) >= n
 
     def _need_unit(self, unit: int) -> None:
         """G16: a unit id is an int in ``[0, num_units)``; the error names the pool's range."""
@@ -260,8 +289,8 @@ class UnitPool(_KVSide, _Checks):
             InvalidArgumentError: ``unit`` is not an int in ``[0, num_units)``.
         """
         self._need_unit(unit)
-        owner = self._owners[unit]
-        return None if owner is None else (owner, self._pieces[unit])
+        h = self._tag[unit]
+        return None if not h else (self._who[h], unit - self._pbase[unit])
 
     def cached_hash(self, unit: int) -> int | None:
         """The prefix hash a cached free unit holds, ``None`` otherwise. O(1).
@@ -285,21 +314,57 @@ class UnitPool(_KVSide, _Checks):
             InvalidArgumentError: ``unit`` is not an int in ``[0, num_units)``.
         """
         self._need_unit(unit)
-        return unit in self._dirty
+        return bool(self._dirtyf[unit])
 
     def dirty_units(self) -> frozenset[int]:
-        """Every dirty unit. O(dirty)."""
-        return frozenset(self._dirty)
+        """Every dirty unit. O(dirty runs + dirty units), not O(num_units)."""
+        self._prune_dirty()
+        flags = self._dirtyf
+        out: set[int] = set()
+        for a, b in self._dirty_runs:
+            out.update(m.start() for m in _ONE.finditer(flags, a, b))
+        return frozenset(out)
+
+    def _mark_dirty(self, runs: Iterable[tuple[int, int]]) -> None:
+        """Flag ``runs`` (``(first, count)``) dirty (G10). O(runs) Python steps."""
+        flags, index = self._dirtyf, self._dirty_runs
+        for a, c in runs:
+            b = a + c
+            flags[a:b] = _ONES[:c] if c <= _NUM_ONES else b"\x01" * c
+            index.append((a, b))
+        if len(index) > self._dirty_prune_at:
+            self._prune_dirty()
+
+    def _prune_dirty(self) -> None:
+        """Rebuild the dirty-run index as the maximal runs of flagged units inside it (its
+        runs may overlap and hold scrubbed units). O(index runs log + their units at C
+        speed); the next prune waits until the index has doubled (amortized O(1) a run)."""
+        index = self._dirty_runs
+        if not index:
+            return
+        flags = self._dirtyf
+        merged: list[tuple[int, int]] = []
+        for a, b in sorted(index):
+            if merged and a <= merged[-1][1]:
+                if b > merged[-1][1]:
+                    merged[-1] = (merged[-1][0], b)
+            else:
+                merged.append((a, b))
+        out: list[tuple[int, int]] = []
+        for a, b in merged:
+            out.extend(m.span() for m in _ONES_RUN.finditer(flags, a, b))
+        self._dirty_runs = out
+        self._dirty_prune_at = max(1024, 2 * len(out))
 
     def snapshot_parts(
         self,
     ) -> tuple[frozenset[int], frozenset[int], dict[int, tuple[Hashable, int]]]:
         """``(free, dirty, tags)`` for :class:`~pagedstate.spec.snapshot.Snapshot`.
         O(num_units)."""
-        owners, pieces = self._owners, self._pieces
-        free = frozenset(u for u, o in enumerate(owners) if o is None)
-        tags = {u: (o, pieces[u]) for u, o in enumerate(owners) if o is not None}
-        return free, frozenset(self._dirty), tags
+        tag, pbase, who = self._tag, self._pbase, self._who
+        free = frozenset(u for u, h in enumerate(tag) if not h)
+        tags = {u: (who[h], u - pbase[u]) for u, h in enumerate(tag) if h}
+        return free, self.dirty_units(), tags
 
     # -- per-owner counts ---------------------------------------------------------------
 
@@ -371,17 +436,17 @@ class UnitPool(_KVSide, _Checks):
             raise InvalidArgumentError("owner must not be None")
         self._need_owner("owner", owner)
         counts, key = self._count_of(owner)
-        owners, pieces = self._owners, self._pieces
-        n = self.num_units
+        tag, pbase, who = self._tag, self._pbase, self._who
         for piece, u in enumerate(ids):
-            held_by = owners[u] if u < n else None
+            h = tag[u]
+            held_by = who[h] if h else None
             if (
                 held_by is None
                 or (held_by is not owner and not self._counted_as(held_by, counts, key))
-                or pieces[u] != piece
+                or u - pbase[u] != piece
             ):
-                tag = None if held_by is None else (held_by, pieces[u])
-                raise WrongOwnerError.for_unit(u, tag, owner, piece)
+                got = None if held_by is None else (held_by, u - pbase[u])
+                raise WrongOwnerError.for_unit(u, got, owner, piece)
         held = counts.get(key, 0)
         if held != len(ids):
             raise PartialReleaseError(
@@ -389,6 +454,54 @@ class UnitPool(_KVSide, _Checks):
                 " whole reservation (SPEC G9)"
             )
         return ids
+
+    # -- tagging runs ---------------------------------------------------------------------
+
+    def _tag_runs(self, runs: list[tuple[int, int]], owner: Hashable) -> None:
+        """Tag ``runs`` (piece order) as one new reservation of ``owner``. O(runs)."""
+        h = self._next_handle
+        self._next_handle = h + 1
+        self._who[h] = owner
+        tag, pbase = self._tag, self._pbase
+        piece = 0
+        for a, c in runs:
+            b = a + c
+            tag[a:b] = array("q", (h,)) * c
+            if a != piece:
+                pbase[a:b] = array("q", (a - piece,)) * c
+            piece += c
+
+    def _untag_runs(self, runs: Iterable[tuple[int, int]]) -> None:
+        """Clear the tags of ``runs``, one whole reservation, and forget its handle."""
+        tag, pbase = self._tag, self._pbase
+        first = True
+        for a, c in runs:
+            if first:
+                self._who.pop(tag[a], None)
+                first = False
+            b = a + c
+            z = _ZERO_RUNS.get(c) or _zero_run(c)
+            tag[a:b] = z
+            if pbase[a] or pbase[b - 1]:
+                pbase[a:b] = z
+
+    def _holds_runs(self, runs: Sequence[tuple[int, int]], owner: Hashable) -> bool:
+        """Whether ``runs`` (piece order) are exactly tagged ``(owner, piece)``, one handle
+        whose owner is ``owner`` (equal), checked run by run at C speed. O(runs) Python
+        steps; for self-checks."""
+        if not runs:
+            return True
+        tag, pbase = self._tag, self._pbase
+        h = tag[runs[0][0]]
+        if not h or self._who.get(h) != owner:
+            return False
+        piece = 0
+        for a, c in runs:
+            b = a + c
+            if tag[a:b] != array("q", (h,)) * c or pbase[a:b] != array("q", (a - piece,)) * c:
+                return False
+            piece += c
+        return True
 
     # -- the raw-unit contract (SPEC A.2) ----------------------------------------------
 
@@ -407,7 +520,9 @@ class UnitPool(_KVSide, _Checks):
             ) from exc
         for u in ids:
             self._need_unit(u)
-        self._dirty.difference_update(ids)
+        flags = self._dirtyf
+        for u in ids:
+            flags[u] = 0
 
     def reserve_units(self, count: int, owner: Hashable) -> list[int] | None:
         """Reserve ``count`` units tagged ``(owner, piece)``, returned in piece order.
@@ -415,7 +530,8 @@ class UnitPool(_KVSide, _Checks):
         Vacant units go first, lowest id first; then cached KV units, least recently cached
         first, each firing ``on_evict(prefix_hash)`` once the whole reservation is tagged
         (SPEC A.4). ``None``, with nothing changed, when fewer than ``count`` units are free;
-        ``[]`` for ``count == 0``. O(count log num_units).
+        ``[]`` for ``count == 0``. O(runs log num_units + cached units taken) Python steps
+        (SPEC A.5), plus the ``count`` ids of the list returned.
 
         Raises:
             InvalidArgumentError: ``count`` is not a non-negative int, or ``owner`` is None
@@ -437,45 +553,46 @@ class UnitPool(_KVSide, _Checks):
         return self._reserve(count, owner)
 
     def _reserve(self, count: int, owner: Hashable) -> list[int] | None:
-        """``reserve_units`` past its argument checks: the store's own path (its owners are
-        well formed and its own to use)."""
-        vacant = self._vacant
+        """``reserve_units`` past its argument checks, as unit ids."""
+        runs = self._reserve_runs(count, owner)
+        if runs is None:
+            return None
+        return list(run_units(tuple(runs)))
+
+    def _reserve_runs(self, count: int, owner: Hashable) -> list[tuple[int, int]] | None:
+        """``reserve_units`` past its argument checks, as maximal runs in piece order: the
+        store's own path (its owners are well formed and its own to use). O(runs log n +
+        cached units taken) Python steps (SPEC A.5)."""
+        ext = self._ext
         cached = self._cached
-        if len(vacant) + len(cached) < count:
+        if ext.count + len(cached) < count:
             return None
         if count == 0:
             return []
-        owners, pieces = self._owners, self._pieces
-        pop = heapq.heappop
+        runs: list[tuple[int, int]] = []
         evicted: list[int] = []
-        # Plain loops: on CPython they beat map/deque passes over slot wrappers such as
-        # ``owners.__setitem__`` at every reservation size. Equivalent mutants: with exactly
-        # ``count`` vacant units the other branch takes the same units.
-        drained: list[int] = []
-        if len(vacant) >= count:  # pragma: no mutate
-            units = []
-            for piece in range(count):
-                u = pop(vacant)
-                owners[u] = owner
-                pieces[u] = piece
-                units.append(u)
+        taken: list[int] = []
+        drained: _Extents | None = None
+        if ext.count >= count:  # pragma: no mutate (with exactly count vacant, the same units)
+            ext.take(count, runs)
         else:
-            # every vacant unit goes, lowest first (the order pops give); the heap's array
-            # is kept as it was, for an undo to put back (see _unreserve)
-            drained = vacant[:]
-            units = sorted(drained)
-            vacant.clear()
-            for _ in range(count - len(units)):
+            # every vacant unit goes, lowest first; the index is kept as it was, for an undo
+            # to put back (see _unreserve)
+            drained = ext.detach()
+            runs = drained.runs()
+            for _ in range(count - drained.count):
                 u, h = cached.popitem(last=False)  # pragma: no mutate (last=None is False)
                 evicted.append(h)
-                units.append(u)
-            for piece, u in enumerate(units):
-                owners[u] = owner
-                pieces[u] = piece
+                taken.append(u)
+                if runs and runs[-1][0] + runs[-1][1] == u:
+                    runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+                else:
+                    runs.append((u, 1))
+        self._tag_runs(runs, owner)
         held, key = self._count_of(owner)  # _add_held(owner, count), inline (count > 0)
         held[key] = held.get(key, 0) + count
         if evicted and self.on_evict is not None:
-            undo = (units, owner, evicted, drained)
+            undo = (runs, owner, evicted, taken, drained)
             if self._defer:
                 self._deferred.extend(evicted)
                 self._undo.append(undo)
@@ -483,11 +600,12 @@ class UnitPool(_KVSide, _Checks):
                 failed = self._fire(evicted)
                 if failed is not None:
                     raise _callback_error(failed, self._unreserve(undo)) from failed[1]
-        return units
+        return runs
 
     def release_units(self, unit_ids: Any, owner: Hashable) -> None:
         """Release a whole reservation, every unit in piece order (SPEC A.2, G9). The units
-        go vacant; units of a checkpoint or transfer owner become dirty (G10). O(k log n).
+        go vacant; units of a checkpoint or transfer owner become dirty (G10). O(k) to
+        check the ids, then O(runs log n) (SPEC A.5).
 
         Raises:
             InvalidArgumentError: ``unit_ids`` is not a list/tuple of non-negative ints, an
@@ -505,20 +623,37 @@ class UnitPool(_KVSide, _Checks):
 
     def _release(self, ids: tuple[int, ...] | list[int], owner: Hashable) -> None:
         """``release_units`` of a whole reservation already known to be ``owner``'s, in
-        piece order: the store's own path for its records' units."""
-        owners, pieces = self._owners, self._pieces
-        vacant = self._vacant
-        push = heapq.heappush
-        for u in ids:
-            owners[u] = None
-            pieces[u] = 0
-            push(vacant, u)
-        # is_dirtying(owner) and _add_held(owner, -len(ids)), inline: the store releases
-        # through here once per record
-        if isinstance(owner, tuple) and len(owner) == 2 and owner[0] in _STORE_KINDS:
-            self._dirty.update(ids)
+        piece order, by unit ids."""
+        self._release_runs(unit_runs(ids), owner)
+
+    def _release_runs(self, runs: Sequence[tuple[int, int]], owner: Hashable) -> None:
+        """Release a whole reservation already known to be ``owner``'s, given as its runs
+        in piece order: the store's own path for its records. O(runs log n) Python steps
+        (``_untag_runs`` and ``_mark_dirty``, inline: the store releases through here once
+        per record)."""
+        if not runs:
+            return  # an empty reservation holds no count and no handle
+        tag, pbase = self._tag, self._pbase
+        self._who.pop(tag[runs[0][0]], None)
+        give = self._ext.give
+        dirtying = isinstance(owner, tuple) and len(owner) == 2 and owner[0] in _STORE_KINDS
+        flags, index = self._dirtyf, self._dirty_runs
+        n = 0
+        for a, c in runs:
+            b = a + c
+            z = _ZERO_RUNS.get(c) or _zero_run(c)
+            tag[a:b] = z
+            if pbase[a]:
+                pbase[a:b] = z
+            give(a, b)
+            if dirtying:
+                flags[a:b] = _ONES[:c] if c <= _NUM_ONES else b"\x01" * c
+                index.append((a, b))
+            n += c
+        if dirtying and len(index) > self._dirty_prune_at:
+            self._prune_dirty()
         held, key = self._count_of(owner)
-        left = held.get(key, 0) - len(ids)
+        left = held.get(key, 0) - n
         if left:
             held[key] = left
         else:
@@ -527,7 +662,7 @@ class UnitPool(_KVSide, _Checks):
     def _is_whole(self, unit_ids: Any, owner: Hashable) -> bool:
         """Fast check that ``unit_ids`` is exactly ``owner``'s whole reservation in piece
         order; False sends the caller to :meth:`_validate_whole`, which names what is
-        wrong. O(k), one plain loop (faster than C-level map passes, see ``_reserve``).
+        wrong. O(k), one plain loop.
 
         Lines marked ``no mutate`` had equivalent mutants only among those that survived
         (docs/mutation.md): ones that answer False where True was right (the caller then
@@ -550,33 +685,38 @@ class UnitPool(_KVSide, _Checks):
                 return False
         except Exception:  # unhashable, or a __hash__ that raises: the slow path names it
             return False
-        owners, pieces = self._owners, self._pieces
+        tag, pbase = self._tag, self._pbase
         size = self.num_units
         piece = 0  # pragma: no mutate
-        # The tag's owner is the named one: the same object, or (checked once per object: a
-        # reservation's units share one) an owner counted under the same kind and key. Two
-        # owners of one type are that exactly when they are equal (an engine's owner rebuilt
-        # for the call: one comparison, as before); otherwise their counts say.
-        same = owner
+        # Every unit of one reservation carries its handle; the handle's owner is the named
+        # one: the same object, or an owner counted under the same kind and key. Two owners
+        # of one type are that exactly when they are equal (an engine's owner rebuilt for
+        # the call: one comparison); otherwise their counts say.
+        handle = 0
         for u in unit_ids:
             if type(u) is not int or not 0 <= u < size:  # pragma: no mutate
                 return False
-            held_by = owners[u]
-            if held_by is not same:
-                if type(held_by) is type(owner):
-                    if held_by != owner:
-                        return False
-                elif not self._counted_as(held_by, counts, key):  # None: free
+            h = tag[u]
+            if h != handle or not h:
+                if handle or not h:  # another reservation, or a free unit
                     return False
-                same = held_by
-            if pieces[u] != piece:
+                held_by = self._who[h]
+                if held_by is not owner:
+                    if type(held_by) is type(owner):
+                        if held_by != owner:
+                            return False
+                    elif not self._counted_as(held_by, counts, key):
+                        return False
+                handle = h
+            if u - pbase[u] != piece:
                 return False
             piece += 1  # pragma: no mutate
         return True  # pragma: no mutate
 
     def rekey_units(self, unit_ids: Any, old_owner: Hashable, new_owner: Hashable) -> None:
         """Retag a whole reservation from ``old_owner`` to ``new_owner`` atomically; the units
-        never pass through the free list (SPEC A.2). O(k).
+        never pass through the free list (SPEC A.2). O(k) to check the ids, then O(1): the
+        reservation's handle gets the new owner.
 
         Raises:
             InvalidArgumentError: ``new_owner`` is None, unhashable or already holds units;
@@ -590,8 +730,8 @@ class UnitPool(_KVSide, _Checks):
         self._need_owner("new_owner", new_owner)
         if self._held_by(new_owner) > 0:
             raise InvalidArgumentError(f"owner {new_owner!r} already holds units")
-        # piece i is position i on both sides: only the owner changes
-        _consume(map(self._owners.__setitem__, ids, repeat(new_owner)))
+        if ids:
+            self._who[self._tag[ids[0]]] = new_owner
         self._add_held(old_owner, -len(ids))
         self._add_held(new_owner, len(ids))
 

@@ -82,6 +82,7 @@ from pagedstate.spec.guards import (
     units_available,
     unpin_guard,
 )
+from pagedstate.spec.ops import UnitRuns, unit_runs
 from pagedstate.spec.protocols import need_pool
 from pagedstate.spec.tables import Row, Table
 from pagedstate.spec.types import (
@@ -101,6 +102,9 @@ from ._store_offload import _Offload
 from ._store_restores import _Restores
 from ._store_views import _Views
 from .pool import UnitPool
+
+#: The store's op constructors: its runs are maximal and well formed (SPEC A.5).
+_store_op = CheckpointStoreOp._of_runs
 
 __all__ = [
     "PageUnitCheckpointStore",
@@ -430,7 +434,7 @@ class PageUnitCheckpointStore(_Restores, _Offload, _Completions, _Views):
         # EVICTING (which those rows made), and ``clear`` empties all three first.
         pool = self.pool
         if type(pool) is UnitPool:  # pragma: no mutate (the general path does the same, slower)
-            pool._release(rec.unit_ids, (CHECKPOINT_OWNER, cid))
+            pool._release_runs(rec.runs, (CHECKPOINT_OWNER, cid))
         else:
             with _as_store(pool):
                 pool.release_units(rec.unit_ids, (CHECKPOINT_OWNER, cid))
@@ -540,7 +544,7 @@ class PageUnitCheckpointStore(_Restores, _Offload, _Completions, _Views):
         production = type(pool) is UnitPool
         # _make_room(u), which answers at once when u units are free; the production pool's
         # free count (num_free) is read directly.
-        if not (production and len(pool._vacant) + len(pool._cached) >= u):
+        if not (production and pool._ext.count + len(pool._cached) >= u):
             if not self._make_room(u):
                 return None
         cid = self._next_checkpoint_id
@@ -549,15 +553,15 @@ class PageUnitCheckpointStore(_Restores, _Offload, _Completions, _Views):
             # The production pool with no eviction callback: nothing can call back into the
             # store during the reservation, so the deferral block (which would hold nothing)
             # is skipped.
-            units = pool._reserve(u, (CHECKPOINT_OWNER, cid))
-            if units is None:
+            got = pool._reserve_runs(u, (CHECKPOINT_OWNER, cid))
+            if got is None:
                 # equivalent mutants: unreachable: _make_room(u) or the free count above
                 # made room for u units, and no callback can take it back in between
                 self._next_checkpoint_id = cid  # pragma: no mutate
                 return None
-            unit_ids = tuple(units)
+            runs = tuple(got)
             # equivalent mutants: the row sets the phase
-            rec = _Record(prefix_hash, unit_ids, _ABSENT, settled=False)  # pragma: no mutate
+            rec = _Record(prefix_hash, runs, _ABSENT, settled=False)  # pragma: no mutate
             self.records[cid] = rec
             self._apply(cid, rec, _BEGIN_STORE)
             self._inflight_stores.append(cid)
@@ -565,32 +569,35 @@ class PageUnitCheckpointStore(_Restores, _Offload, _Completions, _Views):
             begun = self._begin_deferred(prefix_hash, cid, pool)
             if begun is None:
                 return None
-            unit_ids = begun
+            runs = begun
         spec = self.spec
-        return CheckpointStoreOp(src_slot, unit_ids, spec.image_bytes, spec.layout_id)
+        return _store_op(src_slot, runs, spec.image_bytes, spec.layout_id)
 
-    def _begin_deferred(self, prefix_hash: int, cid: int, pool: Any) -> tuple[int, ...] | None:
+    def _begin_deferred(self, prefix_hash: int, cid: int, pool: Any) -> UnitRuns | None:
         """``_begin``'s reservation and filing of record ``cid`` inside the pool's deferral
-        block (callbacks fire once the record is filed); the unit ids, or ``None`` (the
-        identity given back) when the pool refused."""
+        block (callbacks fire once the record is filed); its runs, or ``None`` (the identity
+        given back) when the pool refused."""
         with _deferring(pool):
+            units: Any
             if type(pool) is UnitPool:  # pragma: no mutate (the general path does the same, slower)
-                units = pool._reserve(self._units, (CHECKPOINT_OWNER, cid))
+                units = pool._reserve_runs(self._units, (CHECKPOINT_OWNER, cid))
             else:
                 with _as_store(pool):
                     units = pool.reserve_units(self._units, (CHECKPOINT_OWNER, cid))
+                if units is not None:
+                    units = unit_runs(units)
             if units is None:
                 # The pool refused before changing anything (no callback ran): the
                 # identity was not consumed.
                 self._next_checkpoint_id = cid
                 return None
-            unit_ids = tuple(units)
+            runs = tuple(units)
             # equivalent mutants: the row sets the phase
-            rec = _Record(prefix_hash, unit_ids, _ABSENT, settled=False)  # pragma: no mutate
+            rec = _Record(prefix_hash, runs, _ABSENT, settled=False)  # pragma: no mutate
             self.records[cid] = rec
             self._apply(cid, rec, _BEGIN_STORE)
             self._inflight_stores.append(cid)
-        return unit_ids
+        return runs
 
     # -- index changes --------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """Op and wire types shared by every store and by the copy engine (SPEC A.1, B.1).
 
-All of these are frozen attrs classes: values, hashable, comparable by field.
+All of these are frozen values, hashable and comparable by field: attrs classes, and the
+copy ops of :mod:`.ops` (re-exported here), which carry their units as runs.
 """
 
 from __future__ import annotations
@@ -11,11 +12,15 @@ from typing import Protocol, runtime_checkable
 import attrs
 
 from .errors import BadSpecError, InvalidArgumentError
+from .ops import CheckpointRestoreOp, CheckpointStoreOp, UnitRuns, run_units, unit_runs
 
 __all__ = [
     "PagedStateCheckpointSpec",
     "CheckpointStoreOp",
     "CheckpointRestoreOp",
+    "UnitRuns",
+    "unit_runs",
+    "run_units",
     "StateStoreOperationId",
     "SuspendedCheckpointRestore",
     "checkpoint_copy_ops_per_batch",
@@ -229,26 +234,6 @@ def checkpoint_copy_ops_per_batch(max_num_seqs: int | None) -> int:
     if max_num_seqs is not None and (not _is_int(max_num_seqs) or max_num_seqs < 0):
         raise InvalidArgumentError(f"max_num_seqs must be a non-negative int, got {max_num_seqs!r}")
     return 2 * int(max_num_seqs or 0)
-
-
-@attrs.frozen
-class CheckpointStoreOp:
-    """Copy one slot's image into ``unit_ids`` (piece order). ``total_bytes == image_bytes``."""
-
-    src_slot: int
-    unit_ids: tuple[int, ...]
-    total_bytes: int
-    layout_id: str
-
-
-@attrs.frozen
-class CheckpointRestoreOp:
-    """Copy an image from ``unit_ids`` (piece order) into ``dst_slot``."""
-
-    dst_slot: int
-    unit_ids: tuple[int, ...]
-    total_bytes: int
-    layout_id: str
 
 
 @attrs.frozen(order=True)

@@ -260,7 +260,7 @@ CASES = [
      UnknownOperationError),
     ("release_forged_lease",
      lambda w: w.s.release_suspended_restore(
-         forged(w.lease, op=attrs.evolve(w.lease.op, dst_slot=30))),
+         forged(w.lease, op=w.lease.op.evolve(dst_slot=30))),
      UnknownOperationError),
     ("restore_queued_for_str", lambda w: w.s.restore_queued_for("4"), InvalidArgumentError),
     ("resume_lease_id_str",

@@ -17,6 +17,7 @@ with cached KV blocks.
 from __future__ import annotations
 
 import math
+from array import array
 import random
 from collections import deque
 from collections.abc import Callable
@@ -50,6 +51,8 @@ def canon(x: Any) -> Any:
     objects by their fields, anything else (sequences, clocks, tiers) by identity."""
     if isinstance(x, (int, float, str, bool, bytes, type(None))):
         return x
+    if isinstance(x, (array, bytearray)):  # the pool's per-unit tags and dirty flags
+        return (type(x).__name__, bytes(x))
     if isinstance(x, dict):
         return ("dict", tuple((canon(k), canon(v)) for k, v in x.items()))
     if isinstance(x, (list, tuple, deque)):
@@ -488,7 +491,12 @@ def test_deep_state_sees_private_indexes() -> None:
         lambda: setattr(c.store, "_num_evictable", c.store._num_evictable + 1),
         lambda: c.store._op_hashes.add(10**9),
         lambda: c.pool._held.__setitem__(("ghost", 0), 1),
-        lambda: c.pool._vacant.append(10**6),
+        lambda: c.pool._ext.heap.append(10**6),
+        lambda: c.pool._tag.__setitem__(0, c.pool._tag[0] + 1),
+        lambda: c.pool._pbase.__setitem__(0, c.pool._pbase[0] + 1),
+        lambda: c.pool._dirtyf.__setitem__(0, 1 - c.pool._dirtyf[0]),
+        lambda: c.pool._dirty_runs.append((0, 1)),
+        lambda: c.pool._who.__setitem__(10**9, "ghost"),
         lambda: c._pending_by_hash.__setitem__(10**9, {}),
         lambda: c._scratch_by_hash.__setitem__(10**9, {}),
         lambda: c.store._changes.append((10**9, None)),

@@ -400,7 +400,7 @@ def test_a_free_unit_keeps_no_piece() -> None:
     with pool._as_store():
         c = pool.reserve_units(4, (CHECKPOINT_OWNER, 1))
         pool.release_units(c, (CHECKPOINT_OWNER, 1))
-    assert pool._pieces == [0] * 8 and pool.num_free == 8
+    assert list(pool._pbase) == [0] * 8 and list(pool._tag) == [0] * 8 and pool.num_free == 8
 
     def refuse(h: int) -> None:
         raise RuntimeError(f"engine failed on {h}")
@@ -408,7 +408,7 @@ def test_a_free_unit_keeps_no_piece() -> None:
     pool.on_evict = refuse
     with pytest.raises(EvictionCallbackError):
         pool.reserve_units(8, ("x", 0))  # takes the cached units: undone
-    assert pool._pieces == [0] * 8 and pool.num_free == 8
+    assert list(pool._pbase) == [0] * 8 and list(pool._tag) == [0] * 8 and pool.num_free == 8
 
 
 def test_rekey_moves_the_owner_counts() -> None:

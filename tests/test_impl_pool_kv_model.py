@@ -184,12 +184,12 @@ def test_the_production_pool_follows_the_rule() -> None:
 
 
 def _planted_pool(old: str, new: str) -> Callable[..., Any]:
-    """A UnitPool whose ``_reserve`` has ``old`` replaced by ``new`` in its source."""
-    edited_method(UnitPool, "_reserve", old, new)  # fails now if it no longer applies
+    """A UnitPool whose ``_reserve_runs`` has ``old`` replaced by ``new`` in its source."""
+    edited_method(UnitPool, "_reserve_runs", old, new)  # fails now if it no longer applies
 
     def make(n: int, on_evict: Any = None) -> Any:
         pool = UnitPool(n, on_evict=on_evict)
-        plant(pool, "_reserve", old, new)
+        plant(pool, "_reserve_runs", old, new)
         return pool
 
     return make
@@ -202,8 +202,8 @@ PLANTS = {
         "cached.popitem(last=True)",
     ),
     "the vacant-only path skipped while units are cached": (
-        "if len(vacant) >= count:",
-        "if len(vacant) >= count and not cached:",
+        "if ext.count >= count:",
+        "if ext.count >= count and not cached:",
     ),
     "an eviction fires nothing": ("evicted.append(h)", "pass"),
 }

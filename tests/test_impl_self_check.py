@@ -79,6 +79,36 @@ def _swap_first_two(heap: list[int]) -> None:
     heap[0], heap[1] = heap[1], heap[0]
 
 
+def _set_piece(c: Any, unit: int, piece: int) -> None:
+    c.pool._pbase[unit] = unit - piece
+
+
+def _units_of(c: Any, owner: Any) -> list[int]:
+    pool = c.pool
+    return [u for u, h in enumerate(pool._tag) if h and pool._who[h] == owner]
+
+
+def _split_first_extent(c: Any) -> None:
+    """Cut the widest vacant extent in two touching halves (the pool keeps them merged)."""
+    ext = c.pool._ext
+    s, e = max(ext.start.items(), key=lambda se: se[1] - se[0])
+    assert e - s >= 2
+    m = s + 1
+    ext.start[s] = m
+    ext.start[m] = e
+    ext.end[m] = s
+    ext.end[e] = m
+    ext.heap.append(m)
+
+
+def _drop_last_extent(c: Any) -> None:
+    ext = c.pool._ext
+    s = max(ext.start)
+    e = ext.start.pop(s)
+    del ext.end[e]
+    ext.count -= e - s
+
+
 #: name -> (corruption, the problem it must produce: a regex the whole sentence matches, or
 #: a function of the world before the corruption giving the exact sentence).
 CORRUPTIONS: dict[str, tuple[Callable[[Any], None], str | Callable[[Any], str]]] = {
@@ -141,42 +171,55 @@ CORRUPTIONS: dict[str, tuple[Callable[[Any], None], str | Callable[[Any], str]]]
         r"the forfeit memory exceeds its bound or its heap",
     ),
     "a record's unit retagged": (
-        lambda c: c.pool._pieces.__setitem__(_first_unit_of_last_record(c), 5),
+        lambda c: _set_piece(c, _first_unit_of_last_record(c), 5),
         r"unit 10 of record 5 is tagged \(\('state-checkpoint', 5\), 5\)",
     ),
-    "vacant heap holds a unit twice": (
-        lambda c: c.pool._vacant.append(c.pool._vacant[-1]),
-        r"the vacant heap holds a unit twice",
+    "vacant extents' indexes disagree": (
+        lambda c: c.pool._ext.end.clear(),
+        r"the vacant extents' two indexes disagree",
     ),
     "vacant heap out of order": (
-        lambda c: c.pool._vacant.insert(0, 39),
+        lambda c: c.pool._ext.heap.insert(0, 39),
         r"the vacant heap is out of order",
     ),
-    "vacant heap's first two swapped": (
-        lambda c: _swap_first_two(c.pool._vacant),
-        r"the vacant heap is out of order",
+    "vacant heap lost a start": (
+        lambda c: c.pool._ext.heap.clear(),
+        r"a vacant extent's start is missing from the heap",
+    ),
+    "vacant count off": (
+        lambda c: setattr(c.pool._ext, "count", c.pool._ext.count + 1),
+        r"the vacant count is not the extents' total",
+    ),
+    "vacant extents touching": (
+        lambda c: _split_first_extent(c),
+        r"vacant extents touch or overlap at \d+",
     ),
     "a free unit both vacant and cached": (
-        lambda c: c.pool._cached.__setitem__(c.pool._vacant[0], 5),
-        lambda c: f"units both vacant and cached: [{c.pool._vacant[0]}]",
+        lambda c: c.pool._cached.__setitem__(min(c.pool._ext.start), 5),
+        lambda c: f"units both vacant and cached: [{min(c.pool._ext.start)}]",
     ),
     "a free unit in neither": (
-        lambda c: c.pool._vacant.pop(),
-        lambda c: (
-            f"free units {sorted(c.pool._vacant)} but vacant + cached"
-            f" {sorted(c.pool._vacant[:-1])}"  # the corruption pops the array's last unit
-        ),
+        lambda c: _drop_last_extent(c),
+        r"free units \[.*\] but vacant \+ cached \[.*\]",
     ),
     "a free unit with a piece": (
-        lambda c: c.pool._pieces.__setitem__(c.pool._vacant[0], 3),
+        lambda c: c.pool._pbase.__setitem__(min(c.pool._ext.start), 3),
         r"a free unit carries a piece",
+    ),
+    "a tag with an unknown handle": (
+        lambda c: c.pool._tag.__setitem__(_units_of(c, ("live-kv", 1))[0], 10**6),
+        r"the reservation handles of the tags are not the pool's handles",
+    ),
+    "a dirty unit left out of the dirty index": (
+        lambda c: (c.pool._dirty_runs.clear(), c.pool._dirtyf.__setitem__(0, 1)),
+        r"dirty units \[0\] are missing from the dirty index",
     ),
     "an owner's count off": (
         lambda c: c.pool._held.__setitem__(("live-kv", 1), 3),
         r"an owner's unit count is not the number of units tagged with it",
     ),
     "an owner's pieces with a gap": (
-        lambda c: c.pool._pieces.__setitem__(c.pool._owners.index(("live-kv", 1)), 7),
+        lambda c: _set_piece(c, _units_of(c, ("live-kv", 1))[0], 7),
         r"owner \('live-kv', 1\)'s pieces are \[1, 7\], not 0\.\.1",
     ),
     "a deferral left open": (

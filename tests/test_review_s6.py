@@ -171,7 +171,7 @@ def test_the_undo_of_a_reservation_restores_the_vacant_heap_as_it_was() -> None:
     assert kv is not None
     pool.cache_units(kv, ("kv", 0), [None, 11, None, 12, None, None, None, None])
     pool.release_units(pool.reserve_units(1, ("kv", 1)), ("kv", 1))  # reorders the heap
-    assert pool._vacant != sorted(pool._vacant)
+    assert pool._ext.heap != sorted(pool._ext.heap)
 
     def refuse(h: int) -> None:
         raise RuntimeError(h)
