@@ -54,8 +54,9 @@ def _outside(unit: object, num_units: int) -> str:
 #: What undoes one reservation: its runs (piece order), owner, the hashes of the cached
 #: units it took and those units (its last ``len(hashes)`` units, in order), and the vacant
 #: index it drained (a reservation that takes a cached unit takes every vacant one first).
-#: Its vacant units go back as that index, or run by run if units went vacant since.
-_UndoRecord = tuple[list[tuple[int, int]], Hashable, list[int], list[int], Any]
+#: Its vacant units go back as that index, or run by run if units went vacant since; last,
+#: whether its handle was new (an undo gives a new handle back to the counter).
+_UndoRecord = tuple[list[tuple[int, int]], Hashable, list[int], list[int], Any, bool]
 
 
 class _PoolBase:
@@ -71,6 +72,7 @@ class _PoolBase:
     _pbase: array[int]
     _who: dict[int, Hashable]
     _next_handle: int
+    _free_handles: list[int]
     _held: dict[Hashable, int]
     _held_ckpt: dict[Hashable, int]
     _held_xfer: dict[Hashable, int]
@@ -94,7 +96,7 @@ class _PoolBase:
 
         def _validate_whole(self, unit_ids: Any, owner: Hashable) -> tuple[int, ...]: ...
 
-        def _tag_runs(self, runs: list[tuple[int, int]], owner: Hashable) -> None: ...
+        def _tag_runs(self, runs: list[tuple[int, int]], owner: Hashable) -> bool: ...
 
         def _untag_runs(self, runs: Iterable[tuple[int, int]]) -> None: ...
 

@@ -43,6 +43,9 @@ class _Checks(_PoolBase):
             out.append("the reservation handles of the tags are not the pool's handles")
         if any(h >= self._next_handle for h in handles):
             out.append("a tag carries a handle not yet handed out")
+        spare = self._free_handles
+        if len(set(spare)) != len(spare) or set(spare) & set(who) or 0 in spare:
+            out.append("the free handles repeat, include a live handle, or include 0")
         seen: dict[int, dict[Hashable, list[int]]] = {}
         by_handle: dict[int, dict[Hashable, int]] = {}
         for u, h in enumerate(tag):

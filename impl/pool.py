@@ -109,6 +109,7 @@ from pagedstate.spec.types import CHECKPOINT_OWNER, TRANSFER_OWNER
 from ._args import need_hashable, need_int
 from ._pool_base import EvictionCallback, _ids_list, _outside, _UndoRecord
 from ._pool_checks import _Checks
+from ._pool_extents import TAG_TYPECODE as _TC
 from ._pool_extents import _Extents, _zeros
 from ._pool_kv import _callback_error, _Deferral, _KVSide
 
@@ -207,6 +208,7 @@ class UnitPool(_KVSide, _Checks):
         self._pbase: array[int] = _zeros(num_units)
         self._who: dict[int, Hashable] = {}
         self._next_handle = 1
+        self._free_handles: list[int] = []  # handles of released reservations, for reuse
         # Units held per (hashable) owner: the whole-reservation check of G9 without a walk.
         # A checkpoint's owner ``("state-checkpoint", cid)`` is counted apart, under its
         # ``cid`` (see ``_count_of``): the store holds one such owner per record, and
@@ -239,8 +241,9 @@ class UnitPool(_KVSide, _Checks):
         c.__dict__.update(self.__dict__)
         c._ext = self._ext.clone()
         c._cached = OrderedDict(self._cached)
-        c._tag = array("q", self._tag)
-        c._pbase = array("q", self._pbase)
+        c._tag = array(_TC, self._tag)
+        c._pbase = array(_TC, self._pbase)
+        c._free_handles = list(self._free_handles)
         c._who = dict(self._who)
         c._held = dict(self._held)
         c._held_ckpt = dict(self._held_ckpt)
@@ -354,7 +357,9 @@ class UnitPool(_KVSide, _Checks):
         for a, b in merged:
             out.extend(m.span() for m in _ONES_RUN.finditer(flags, a, b))
         self._dirty_runs = out
-        self._dirty_prune_at = max(1024, 2 * len(out))
+        # the next prune scans about as many units again: wait for 1/64 of them in new runs
+        covered = sum(b - a for a, b in out)
+        self._dirty_prune_at = max(1024, 2 * len(out), covered // 64)
 
     def snapshot_parts(
         self,
@@ -457,19 +462,26 @@ class UnitPool(_KVSide, _Checks):
 
     # -- tagging runs ---------------------------------------------------------------------
 
-    def _tag_runs(self, runs: list[tuple[int, int]], owner: Hashable) -> None:
-        """Tag ``runs`` (piece order) as one new reservation of ``owner``. O(runs)."""
-        h = self._next_handle
-        self._next_handle = h + 1
+    def _tag_runs(self, runs: list[tuple[int, int]], owner: Hashable) -> bool:
+        """Tag ``runs`` (piece order) as one new reservation of ``owner``. O(runs). Returns
+        whether its handle is a new one (not a reused one), for an undo to give it back."""
+        free = self._free_handles
+        fresh = not free
+        if fresh:
+            h = self._next_handle
+            self._next_handle = h + 1
+        else:
+            h = free.pop()
         self._who[h] = owner
         tag, pbase = self._tag, self._pbase
         piece = 0
         for a, c in runs:
             b = a + c
-            tag[a:b] = array("q", (h,)) * c
+            tag[a:b] = array(_TC, (h,)) * c
             if a != piece:
-                pbase[a:b] = array("q", (a - piece,)) * c
+                pbase[a:b] = array(_TC, (a - piece,)) * c
             piece += c
+        return fresh
 
     def _untag_runs(self, runs: Iterable[tuple[int, int]]) -> None:
         """Clear the tags of ``runs``, one whole reservation, and forget its handle."""
@@ -477,7 +489,10 @@ class UnitPool(_KVSide, _Checks):
         first = True
         for a, c in runs:
             if first:
-                self._who.pop(tag[a], None)
+                h = tag[a]
+                if h in self._who:
+                    del self._who[h]
+                    self._free_handles.append(h)
                 first = False
             b = a + c
             z = _ZERO_RUNS.get(c) or _zero_run(c)
@@ -498,7 +513,7 @@ class UnitPool(_KVSide, _Checks):
         piece = 0
         for a, c in runs:
             b = a + c
-            if tag[a:b] != array("q", (h,)) * c or pbase[a:b] != array("q", (a - piece,)) * c:
+            if tag[a:b] != array(_TC, (h,)) * c or pbase[a:b] != array(_TC, (a - piece,)) * c:
                 return False
             piece += c
         return True
@@ -588,11 +603,11 @@ class UnitPool(_KVSide, _Checks):
                     runs[-1] = (runs[-1][0], runs[-1][1] + 1)
                 else:
                     runs.append((u, 1))
-        self._tag_runs(runs, owner)
+        fresh = self._tag_runs(runs, owner)
         held, key = self._count_of(owner)  # _add_held(owner, count), inline (count > 0)
         held[key] = held.get(key, 0) + count
         if evicted and self.on_evict is not None:
-            undo = (runs, owner, evicted, taken, drained)
+            undo = (runs, owner, evicted, taken, drained, fresh)
             if self._defer:
                 self._deferred.extend(evicted)
                 self._undo.append(undo)
@@ -634,7 +649,9 @@ class UnitPool(_KVSide, _Checks):
         if not runs:
             return  # an empty reservation holds no count and no handle
         tag, pbase = self._tag, self._pbase
-        self._who.pop(tag[runs[0][0]], None)
+        h = tag[runs[0][0]]
+        del self._who[h]
+        self._free_handles.append(h)
         give = self._ext.give
         dirtying = isinstance(owner, tuple) and len(owner) == 2 and owner[0] in _STORE_KINDS
         flags, index = self._dirtyf, self._dirty_runs
