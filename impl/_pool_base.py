@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from array import array
 from collections import OrderedDict, deque
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pagedstate.spec.errors import DuplicateUnitError, InvalidArgumentError
@@ -54,9 +54,9 @@ def _outside(unit: object, num_units: int) -> str:
 #: What undoes one reservation: its runs (piece order), owner, the hashes of the cached
 #: units it took and those units (its last ``len(hashes)`` units, in order), and the vacant
 #: index it drained (a reservation that takes a cached unit takes every vacant one first).
-#: Its vacant units go back as that index, or run by run if units went vacant since; last,
-#: whether its handle was new (an undo gives a new handle back to the counter).
-_UndoRecord = tuple[list[tuple[int, int]], Hashable, list[int], list[int], Any, bool]
+#: Its vacant units go back as that index, or run by run if units went vacant since. Last,
+#: each run's tag and piece-base arrays as they were, ``(first, tags, bases)``.
+_UndoRecord = tuple[list[tuple[int, int]], Hashable, list[int], list[int], Any, list[Any]]
 
 
 class _PoolBase:
@@ -70,9 +70,8 @@ class _PoolBase:
     _cached: OrderedDict[int, int]
     _tag: array[int]
     _pbase: array[int]
-    _who: dict[int, Hashable]
+    _who: dict[int, tuple[Hashable, int]]
     _next_handle: int
-    _free_handles: list[int]
     _held: dict[Hashable, int]
     _held_ckpt: dict[Hashable, int]
     _held_xfer: dict[Hashable, int]
@@ -96,9 +95,11 @@ class _PoolBase:
 
         def _validate_whole(self, unit_ids: Any, owner: Hashable) -> tuple[int, ...]: ...
 
-        def _tag_runs(self, runs: list[tuple[int, int]], owner: Hashable) -> bool: ...
+        def _tag_runs(self, runs: list[tuple[int, int]], owner: Hashable) -> None: ...
 
-        def _untag_runs(self, runs: Iterable[tuple[int, int]]) -> None: ...
+        def _tag_of(self, unit: int) -> tuple[Hashable, int] | None: ...
+
+        def _untag_runs(self, runs: Sequence[tuple[int, int]]) -> None: ...
 
         def _holds_runs(self, runs: Any, owner: Hashable) -> bool: ...
 

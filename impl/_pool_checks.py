@@ -17,18 +17,18 @@ class _Checks(_PoolBase):
         snapshot does not show, checked against the unit tags. Between calls, every untagged
         unit is in exactly one of the vacant extents and the cached LRU, and no tagged one
         is; the extents are maximal, indexed both ways and on the heap, which keeps its
-        order; free units carry piece 0; every tag's handle is a live reservation's; each
-        owner holds one reservation, its count is the number of units tagged with it, and its
-        pieces are ``0..count-1``; every dirty unit is in the dirty index; no deferral is
-        open. For tests and the conformance kit (its ``self_check`` hook). Never raises.
-        O(num_units).
+        order; a unit is free exactly when its tag's handle is not live, and no tag or live
+        handle is one not yet handed out; each owner holds one reservation, its count is the
+        number of units tagged with it, and its pieces are ``0..count-1``; every dirty unit
+        is in the dirty index; no deferral is open. For tests and the conformance kit (its
+        ``self_check`` hook). Never raises. O(num_units).
         """
         out: list[str] = []
         tag, pbase, who = self._tag, self._pbase, self._who
         ext = self._ext
         out.extend(ext.problems())
         vacant = ext.units()
-        free = {u for u, h in enumerate(tag) if not h}
+        free = {u for u, h in enumerate(tag) if h not in who}
         in_vacant, in_cached = set(vacant), set(self._cached)
         if in_vacant & in_cached:
             out.append(f"units both vacant and cached: {sorted(in_vacant & in_cached)}")
@@ -36,26 +36,28 @@ class _Checks(_PoolBase):
             out.append(
                 f"free units {sorted(free)} but vacant + cached {sorted(in_vacant | in_cached)}"
             )
-        if any(pbase[u] for u in free):
-            out.append("a free unit carries a piece")
-        handles = {h for h in tag if h}
-        if handles != set(who):
-            out.append("the reservation handles of the tags are not the pool's handles")
-        if any(h >= self._next_handle for h in handles):
+        if any(h >= self._next_handle or h < 0 for h in tag) or any(
+            h <= 0 or h >= self._next_handle for h in who
+        ):
             out.append("a tag carries a handle not yet handed out")
-        spare = self._free_handles
-        if len(set(spare)) != len(spare) or set(spare) & set(who) or 0 in spare:
-            out.append("the free handles repeat, include a live handle, or include 0")
         seen: dict[int, dict[Hashable, list[int]]] = {}
         by_handle: dict[int, dict[Hashable, int]] = {}
+        tagged_handles: set[int] = set()
         for u, h in enumerate(tag):
-            if h and h in who:
-                o = who[h]
-                counts, key = self._count_of(o)
-                prev = by_handle.setdefault(id(counts), {}).setdefault(key, h)
-                if prev != h:
-                    out.append(f"owner {key!r} holds two reservations")
-                seen.setdefault(id(counts), {}).setdefault(key, []).append(u - pbase[u])
+            w = who.get(h)
+            if w is None:
+                continue
+            tagged_handles.add(h)
+            o, base = w
+            counts, key = self._count_of(o)
+            prev = by_handle.setdefault(id(counts), {}).setdefault(key, h)
+            if prev != h:
+                out.append(f"owner {key!r} holds two reservations")
+            seen.setdefault(id(counts), {}).setdefault(key, []).append(
+                u - (base if base >= 0 else pbase[u])
+            )
+        if tagged_handles != set(who):
+            out.append("a live reservation handle tags no unit")
         for counts in (self._held, self._held_ckpt, self._held_xfer):
             tagged = seen.get(id(counts), {})
             if dict(counts) != {k: len(v) for k, v in tagged.items()}:

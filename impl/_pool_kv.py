@@ -90,16 +90,17 @@ class _KVSide(_PoolBase):
         hashes at the cold end of the LRU, in order). Only while every unit is still
         tagged as reserved (a callback may have released or retagged them): returns whether
         it undid anything. O(runs log n + cached units)."""
-        runs, owner, evicted, taken, drained, fresh = undo
+        runs, owner, evicted, taken, drained, was = undo
         if not runs or not self._holds_runs(runs, owner):
             return False
         h = self._tag[runs[0][0]]
         piece = sum(c for _, c in runs)
         self._untag_runs(runs)
-        if fresh and h == self._next_handle - 1:
-            # it came from the counter: it goes back there (G8 compares the counter); a
-            # reused handle is back at the end of the free list, where it was taken from
-            self._free_handles.pop()
+        tag, pbase = self._tag, self._pbase
+        for a, old_tag, old_pbase in was:  # the tags as they were (G8 compares the arrays)
+            tag[a : a + len(old_tag)] = old_tag
+            pbase[a : a + len(old_pbase)] = old_pbase
+        if h == self._next_handle - 1:  # the handle goes back too (G8 compares the counter)
             self._next_handle = h
         self._add_held(owner, -piece)
         ext = self._ext

@@ -122,16 +122,6 @@ _ONES_RUN = re.compile(b"\x01+")
 _ONE = re.compile(b"\x01")
 _NUM_ONES = 4096
 _ONES = memoryview(b"\x01" * _NUM_ONES)
-#: ``array('q')`` runs of zeros by length, made once (the fills of a release read them).
-_ZERO_RUNS: dict[int, array[int]] = {}
-
-
-def _zero_run(n: int) -> array[int]:
-    """``n`` zeros as an ``array('q')``, kept for reuse when short (at most 512 lengths)."""
-    z = _zeros(n)
-    if n <= 4096 and len(_ZERO_RUNS) < 512:
-        _ZERO_RUNS[n] = z
-    return z
 
 
 @runtime_checkable
@@ -198,17 +188,19 @@ class UnitPool(_KVSide, _Checks):
         self._ext = _Extents(num_units)
         # Cached free units -> prefix hash, least recently cached first.
         self._cached: OrderedDict[int, int] = OrderedDict()
-        # The tag ``(owner, piece)`` of every unit by id, as two int64 arrays written run by
-        # run at C speed (SPEC A.5): ``_tag[u]``, the handle of the reservation holding u (0
-        # while free), whose owner is ``_who[handle]``; ``_pbase[u]``, the unit's id minus its
-        # piece (constant along a run; 0 while free, so that equal pools hold equal arrays).
-        # A reservation's runs are tagged with two memory fills each, not a Python step per
-        # unit; a rekey rewrites one ``_who`` entry.
-        self._tag: array[int] = _zeros(num_units)
+        # The tag ``(owner, piece)`` of every unit by id (SPEC A.5). ``_tag[u]`` is the
+        # handle of the last reservation that held u; handles are never reused, so u is
+        # reserved exactly when its handle is live, a key of ``_who``: ``_who[h] = (owner,
+        # base)``. A one-run reservation (the common case) has ``base`` its first unit and
+        # piece ``u - base``; one of several runs has ``base == -1`` and piece ``u -
+        # _pbase[u]`` (``_pbase``, written for such reservations only, is the unit's id
+        # minus its piece, constant along a run). A reservation is tagged with one memory
+        # fill per run (two with several runs), released by forgetting its handle (no fill),
+        # rekeyed by rewriting one ``_who`` entry: no Python step per unit.
+        self._tag: array[int] = array("q", bytes(8 * num_units))
         self._pbase: array[int] = _zeros(num_units)
-        self._who: dict[int, Hashable] = {}
+        self._who: dict[int, tuple[Hashable, int]] = {}
         self._next_handle = 1
-        self._free_handles: list[int] = []  # handles of released reservations, for reuse
         # Units held per (hashable) owner: the whole-reservation check of G9 without a walk.
         # A checkpoint's owner ``("state-checkpoint", cid)`` is counted apart, under its
         # ``cid`` (see ``_count_of``): the store holds one such owner per record, and
@@ -241,9 +233,8 @@ class UnitPool(_KVSide, _Checks):
         c.__dict__.update(self.__dict__)
         c._ext = self._ext.clone()
         c._cached = OrderedDict(self._cached)
-        c._tag = array(_TC, self._tag)
+        c._tag = array("q", self._tag)
         c._pbase = array(_TC, self._pbase)
-        c._free_handles = list(self._free_handles)
         c._who = dict(self._who)
         c._held = dict(self._held)
         c._held_ckpt = dict(self._held_ckpt)
@@ -292,8 +283,11 @@ class UnitPool(_KVSide, _Checks):
             InvalidArgumentError: ``unit`` is not an int in ``[0, num_units)``.
         """
         self._need_unit(unit)
-        h = self._tag[unit]
-        return None if not h else (self._who[h], unit - self._pbase[unit])
+        w = self._who.get(self._tag[unit])
+        if w is None:
+            return None
+        owner, base = w
+        return owner, unit - (base if base >= 0 else self._pbase[unit])
 
     def cached_hash(self, unit: int) -> int | None:
         """The prefix hash a cached free unit holds, ``None`` otherwise. O(1).
@@ -367,9 +361,15 @@ class UnitPool(_KVSide, _Checks):
         """``(free, dirty, tags)`` for :class:`~pagedstate.spec.snapshot.Snapshot`.
         O(num_units)."""
         tag, pbase, who = self._tag, self._pbase, self._who
-        free = frozenset(u for u, h in enumerate(tag) if not h)
-        tags = {u: (who[h], u - pbase[u]) for u, h in enumerate(tag) if h}
-        return free, self.dirty_units(), tags
+        free: set[int] = set()
+        tags: dict[int, tuple[Hashable, int]] = {}
+        for u, h in enumerate(tag):
+            w = who.get(h)
+            if w is None:
+                free.add(u)
+            else:
+                tags[u] = (w[0], u - (w[1] if w[1] >= 0 else pbase[u]))
+        return frozenset(free), self.dirty_units(), tags
 
     # -- per-owner counts ---------------------------------------------------------------
 
@@ -441,16 +441,14 @@ class UnitPool(_KVSide, _Checks):
             raise InvalidArgumentError("owner must not be None")
         self._need_owner("owner", owner)
         counts, key = self._count_of(owner)
-        tag, pbase, who = self._tag, self._pbase, self._who
         for piece, u in enumerate(ids):
-            h = tag[u]
-            held_by = who[h] if h else None
+            got = self._tag_of(u)
+            held_by = None if got is None else got[0]
             if (
-                held_by is None
+                got is None
                 or (held_by is not owner and not self._counted_as(held_by, counts, key))
-                or u - pbase[u] != piece
+                or got[1] != piece
             ):
-                got = None if held_by is None else (held_by, u - pbase[u])
                 raise WrongOwnerError.for_unit(u, got, owner, piece)
         held = counts.get(key, 0)
         if held != len(ids):
@@ -460,60 +458,60 @@ class UnitPool(_KVSide, _Checks):
             )
         return ids
 
+    def _tag_of(self, unit: int) -> tuple[Hashable, int] | None:
+        """``owner_of`` of an id known to be in range."""
+        w = self._who.get(self._tag[unit])
+        if w is None:
+            return None
+        return w[0], unit - (w[1] if w[1] >= 0 else self._pbase[unit])
+
     # -- tagging runs ---------------------------------------------------------------------
 
-    def _tag_runs(self, runs: list[tuple[int, int]], owner: Hashable) -> bool:
-        """Tag ``runs`` (piece order) as one new reservation of ``owner``. O(runs). Returns
-        whether its handle is a new one (not a reused one), for an undo to give it back."""
-        free = self._free_handles
-        fresh = not free
-        if fresh:
-            h = self._next_handle
-            self._next_handle = h + 1
-        else:
-            h = free.pop()
-        self._who[h] = owner
-        tag, pbase = self._tag, self._pbase
+    def _tag_runs(self, runs: list[tuple[int, int]], owner: Hashable) -> None:
+        """Tag ``runs`` (piece order, at least one) as one new reservation of ``owner``.
+        O(runs): one fill of the tag array per run, and of the piece bases with several."""
+        h = self._next_handle
+        self._next_handle = h + 1
+        tag = self._tag
+        if len(runs) == 1:
+            a, c = runs[0]
+            tag[a : a + c] = array("q", (h,)) * c
+            self._who[h] = (owner, a)
+            return
+        self._who[h] = (owner, -1)
+        pbase = self._pbase
         piece = 0
         for a, c in runs:
             b = a + c
-            tag[a:b] = array(_TC, (h,)) * c
-            if a != piece:
-                pbase[a:b] = array(_TC, (a - piece,)) * c
+            tag[a:b] = array("q", (h,)) * c
+            pbase[a:b] = array(_TC, (a - piece,)) * c
             piece += c
-        return fresh
 
-    def _untag_runs(self, runs: Iterable[tuple[int, int]]) -> None:
-        """Clear the tags of ``runs``, one whole reservation, and forget its handle."""
-        tag, pbase = self._tag, self._pbase
-        first = True
-        for a, c in runs:
-            if first:
-                h = tag[a]
-                if h in self._who:
-                    del self._who[h]
-                    self._free_handles.append(h)
-                first = False
-            b = a + c
-            z = _ZERO_RUNS.get(c) or _zero_run(c)
-            tag[a:b] = z
-            if pbase[a] or pbase[b - 1]:
-                pbase[a:b] = z
+    def _untag_runs(self, runs: Sequence[tuple[int, int]]) -> None:
+        """Forget the reservation holding ``runs`` (one whole reservation): its handle. O(1)."""
+        if runs:
+            self._who.pop(self._tag[runs[0][0]], None)
 
     def _holds_runs(self, runs: Sequence[tuple[int, int]], owner: Hashable) -> bool:
-        """Whether ``runs`` (piece order) are exactly tagged ``(owner, piece)``, one handle
-        whose owner is ``owner`` (equal), checked run by run at C speed. O(runs) Python
-        steps; for self-checks."""
+        """Whether ``runs`` (piece order) are exactly tagged ``(owner, piece)``, one live
+        handle whose owner is ``owner`` (equal), checked run by run at C speed. O(runs)
+        Python steps; for self-checks and the undo of a reservation."""
         if not runs:
             return True
         tag, pbase = self._tag, self._pbase
         h = tag[runs[0][0]]
-        if not h or self._who.get(h) != owner:
+        w = self._who.get(h)
+        if w is None or w[0] != owner:
+            return False
+        single = w[1] >= 0
+        if single and (len(runs) != 1 or w[1] != runs[0][0]):
             return False
         piece = 0
         for a, c in runs:
             b = a + c
-            if tag[a:b] != array(_TC, (h,)) * c or pbase[a:b] != array(_TC, (a - piece,)) * c:
+            if tag[a:b] != array("q", (h,)) * c:
+                return False
+            if not single and pbase[a:b] != array(_TC, (a - piece,)) * c:
                 return False
             piece += c
         return True
@@ -603,11 +601,16 @@ class UnitPool(_KVSide, _Checks):
                     runs[-1] = (runs[-1][0], runs[-1][1] + 1)
                 else:
                     runs.append((u, 1))
-        fresh = self._tag_runs(runs, owner)
+        undoable = bool(evicted) and self.on_evict is not None
+        if undoable:
+            # what the tags were, for an undo to put back exactly (SPEC G8)
+            tag, pbase = self._tag, self._pbase
+            was = [(a, tag[a : a + c], pbase[a : a + c]) for a, c in runs]
+        self._tag_runs(runs, owner)
         held, key = self._count_of(owner)  # _add_held(owner, count), inline (count > 0)
         held[key] = held.get(key, 0) + count
-        if evicted and self.on_evict is not None:
-            undo = (runs, owner, evicted, taken, drained, fresh)
+        if undoable:
+            undo = (runs, owner, evicted, taken, drained, was)
             if self._defer:
                 self._deferred.extend(evicted)
                 self._undo.append(undo)
@@ -648,25 +651,35 @@ class UnitPool(_KVSide, _Checks):
         per record)."""
         if not runs:
             return  # an empty reservation holds no count and no handle
-        tag, pbase = self._tag, self._pbase
-        h = tag[runs[0][0]]
-        del self._who[h]
-        self._free_handles.append(h)
-        give = self._ext.give
+        del self._who[self._tag[runs[0][0]]]
+        ext = self._ext
+        start, end = ext.start, ext.end
         dirtying = isinstance(owner, tuple) and len(owner) == 2 and owner[0] in _STORE_KINDS
         flags, index = self._dirtyf, self._dirty_runs
         n = 0
         for a, c in runs:
             b = a + c
-            z = _ZERO_RUNS.get(c) or _zero_run(c)
-            tag[a:b] = z
-            if pbase[a]:
-                pbase[a:b] = z
-            give(a, b)
+            # ext.give(a, b), inline (one call per run saved on the store's release path)
+            left = end.pop(a, None)
+            right = start.pop(b, None)
+            e = b
+            if right is not None:
+                del end[right]
+                e = right
+            if left is not None:
+                start[left] = e
+                end[e] = left
+            else:
+                start[a] = e
+                end[e] = a
+                heapq.heappush(ext.heap, a)
             if dirtying:
                 flags[a:b] = _ONES[:c] if c <= _NUM_ONES else b"\x01" * c
                 index.append((a, b))
             n += c
+        ext.count += n
+        if len(ext.heap) > 2 * len(start) + 64:  # pragma: no mutate (any bound keeps it O(1))
+            ext.heap = sorted(start)  # a sorted list is a min-heap
         if dirtying and len(index) > self._dirty_prune_at:
             self._prune_dirty()
         held, key = self._count_of(owner)
@@ -702,22 +715,24 @@ class UnitPool(_KVSide, _Checks):
                 return False
         except Exception:  # unhashable, or a __hash__ that raises: the slow path names it
             return False
-        tag, pbase = self._tag, self._pbase
+        tag, pbase, who = self._tag, self._pbase, self._who
         size = self.num_units
         piece = 0  # pragma: no mutate
-        # Every unit of one reservation carries its handle; the handle's owner is the named
-        # one: the same object, or an owner counted under the same kind and key. Two owners
-        # of one type are that exactly when they are equal (an engine's owner rebuilt for
-        # the call: one comparison); otherwise their counts say.
-        handle = 0
+        # Every unit of one reservation carries its live handle; the handle's owner is the
+        # named one: the same object, or an owner counted under the same kind and key. Two
+        # owners of one type are that exactly when they are equal (an engine's owner rebuilt
+        # for the call: one comparison); otherwise their counts say.
+        handle = -1
+        base = 0
         for u in unit_ids:
             if type(u) is not int or not 0 <= u < size:  # pragma: no mutate
                 return False
             h = tag[u]
-            if h != handle or not h:
-                if handle or not h:  # another reservation, or a free unit
+            if h != handle:
+                w = who.get(h)
+                if handle >= 0 or w is None:  # another reservation, or a free unit
                     return False
-                held_by = self._who[h]
+                held_by, base = w
                 if held_by is not owner:
                     if type(held_by) is type(owner):
                         if held_by != owner:
@@ -725,7 +740,7 @@ class UnitPool(_KVSide, _Checks):
                     elif not self._counted_as(held_by, counts, key):
                         return False
                 handle = h
-            if u - pbase[u] != piece:
+            if u - (base if base >= 0 else pbase[u]) != piece:
                 return False
             piece += 1  # pragma: no mutate
         return True  # pragma: no mutate
@@ -748,7 +763,8 @@ class UnitPool(_KVSide, _Checks):
         if self._held_by(new_owner) > 0:
             raise InvalidArgumentError(f"owner {new_owner!r} already holds units")
         if ids:
-            self._who[self._tag[ids[0]]] = new_owner
+            h = self._tag[ids[0]]
+            self._who[h] = (new_owner, self._who[h][1])
         self._add_held(old_owner, -len(ids))
         self._add_held(new_owner, len(ids))
 

@@ -388,10 +388,11 @@ def test_undo_is_not_claimed_when_the_callback_retagged_the_new_reservation() ->
     assert pool.num_free == 2
 
 
-def test_a_free_unit_keeps_no_piece() -> None:
-    """Every way a unit goes free (release, cache, the undo of a reservation) leaves its
-    piece at 0, so that pools holding the same units compare equal structure by structure
-    (the atomicity tests compare every structure)."""
+def test_a_free_unit_keeps_no_tag() -> None:
+    """Every way a unit goes free (release, cache, the undo of a reservation) forgets its
+    reservation's handle (SPEC A.5: a unit is free exactly when its tag's handle is not
+    live), and the undo gives its handle back, so a refused call leaves the pool exactly as
+    it was (the atomicity tests compare every structure)."""
     pool = I.UnitPool(8, on_evict=lambda h: None)
     a = pool.reserve_units(3, KV0)
     b = pool.reserve_units(3, KV1)
@@ -400,7 +401,9 @@ def test_a_free_unit_keeps_no_piece() -> None:
     with pool._as_store():
         c = pool.reserve_units(4, (CHECKPOINT_OWNER, 1))
         pool.release_units(c, (CHECKPOINT_OWNER, 1))
-    assert list(pool._pbase) == [0] * 8 and list(pool._tag) == [0] * 8 and pool.num_free == 8
+    assert not pool._who and pool.num_free == 8 and pool.self_check() == []
+    assert all(pool.owner_of(u) is None for u in range(8))
+    handles = pool._next_handle
 
     def refuse(h: int) -> None:
         raise RuntimeError(f"engine failed on {h}")
@@ -408,7 +411,8 @@ def test_a_free_unit_keeps_no_piece() -> None:
     pool.on_evict = refuse
     with pytest.raises(EvictionCallbackError):
         pool.reserve_units(8, ("x", 0))  # takes the cached units: undone
-    assert list(pool._pbase) == [0] * 8 and list(pool._tag) == [0] * 8 and pool.num_free == 8
+    assert not pool._who and pool.num_free == 8 and pool._next_handle == handles
+    assert all(pool.owner_of(u) is None for u in range(8)) and pool.self_check() == []
 
 
 def test_rekey_moves_the_owner_counts() -> None:

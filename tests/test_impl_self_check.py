@@ -80,12 +80,28 @@ def _swap_first_two(heap: list[int]) -> None:
 
 
 def _set_piece(c: Any, unit: int, piece: int) -> None:
-    c.pool._pbase[unit] = unit - piece
+    """Give ``unit`` alone another piece: its reservation is first written in the form of
+    several runs (piece bases per unit), then the unit's base is changed."""
+    pool = c.pool
+    h = pool._tag[unit]
+    owner, base = pool._who[h]
+    if base >= 0:
+        for u, g in enumerate(pool._tag):
+            if g == h:
+                pool._pbase[u] = base
+        pool._who[h] = (owner, -1)
+    pool._pbase[unit] = unit - piece
 
 
 def _units_of(c: Any, owner: Any) -> list[int]:
     pool = c.pool
-    return [u for u, h in enumerate(pool._tag) if h and pool._who[h] == owner]
+    return [u for u, h in enumerate(pool._tag) if h in pool._who and pool._who[h][0] == owner]
+
+
+def _ghost_handle(c: Any) -> None:
+    pool = c.pool
+    pool._who[pool._next_handle] = (("ghost", 0), 0)
+    pool._next_handle += 1
 
 
 def _split_first_extent(c: Any) -> None:
@@ -202,13 +218,13 @@ CORRUPTIONS: dict[str, tuple[Callable[[Any], None], str | Callable[[Any], str]]]
         lambda c: _drop_last_extent(c),
         r"free units \[.*\] but vacant \+ cached \[.*\]",
     ),
-    "a free unit with a piece": (
-        lambda c: c.pool._pbase.__setitem__(min(c.pool._ext.start), 3),
-        r"a free unit carries a piece",
+    "a live handle tagging no unit": (
+        _ghost_handle,
+        r"a live reservation handle tags no unit",
     ),
-    "a tag with an unknown handle": (
+    "a tag with a handle not handed out": (
         lambda c: c.pool._tag.__setitem__(_units_of(c, ("live-kv", 1))[0], 10**6),
-        r"the reservation handles of the tags are not the pool's handles",
+        r"a tag carries a handle not yet handed out",
     ),
     "a dirty unit left out of the dirty index": (
         lambda c: (c.pool._dirty_runs.clear(), c.pool._dirtyf.__setitem__(0, 1)),
