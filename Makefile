@@ -42,7 +42,7 @@ help:
 	@echo "make docs           regenerate docs/tables/ (pagedstate render) and the API reference docs/api/ (pdoc)"
 	@echo "make docs-check     fail if docs/tables/ or docs/api/ is stale"
 	@echo "make contracts      CrossHair: spec contracts, diffbehavior reference vs production helpers"
-	@echo "make bench          trace-driven store benchmark, production vs reference (docs/benchmarks.md)"
+	@echo "make bench          trace-driven store benchmark, production vs reference, and the units-per-image matrix (docs/benchmarks.md)"
 	@echo "make bench-explore  explorer throughput (docs/benchmarks.md)"
 	@echo "make bench-gpu      GPU copy engine vs device-to-device copy (CUDA; docs/gpu-benchmarks.md)"
 	@echo "make test-gpu       the CUDA tests (skip without a GPU; tools/gpu_device_run.sh runs both)"
@@ -217,10 +217,16 @@ bench-explore: $(STAMP)
 # store's targets (<= 3 us per call at 256; 1,024 vs 64 running requests <= 1.1x; 10^6 vs
 # 10^3 live records <= 1.2x), written to its own section of docs/benchmarks.md. A few
 # minutes on 2 cores.
+# Then the units-per-image matrix (issue 19, SPEC A.5): store host cost per image op and per
+# pass at 2..390 units per image x 64/256/1,024 running requests, fresh and fragmented pools,
+# judged against its targets (390 vs 4 units <= 1.2x fresh, <= 2x fragmented; <= 0.5 ms per
+# pass at 256 Qwen3-Next images); raw figures in docs/bench/units.json. About 2 minutes.
 .PHONY: bench
 bench: $(STAMP)
 	$(PY) -m pagedstate.models.bench --impl pagedstate.impl --ref pagedstate.models.reference \
 		--out docs/benchmarks.md
+	mkdir -p docs/bench
+	$(PY) -m pagedstate.models.bench.units --out docs/benchmarks.md --json docs/bench/units.json
 
 # GPU copy engine benchmark (target: >= 0.90x a device-to-device copy of the same bytes for
 # batches >= 8): needs a CUDA device, so it runs on the H200 through the device tool

@@ -8,7 +8,10 @@
 - ``python -m pagedstate.models.bench.replay`` (``make bench-replay``): wall time of
   ``pagedstate replay`` on the full shared traces;
 - ``python -m pagedstate.models.bench.transfer``: the prefill/decode transfer against a
-  plain send/recv of the same bytes.
+  plain send/recv of the same bytes;
+- ``python -m pagedstate.models.bench.units``: the store's host cost against the number of
+  units per image (2 to 390) on a fresh and a fragmented pool, in an engine-like loop
+  (:mod:`.units`).
 
 This package re-exports the store benchmark's names (it was the module
 ``pagedstate.models.bench``). A global the code reads lives in its own module: patch
