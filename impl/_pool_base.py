@@ -23,7 +23,9 @@ EvictionCallback = Callable[[int], None]
 
 
 def _ids_list(unit_ids: Any, num_units: int) -> tuple[int, ...]:
-    """A list or tuple of int unit ids in ``[0, num_units)`` without repeats, as a tuple.
+    """A list or tuple of int unit ids in ``[0, num_units)`` without repeats, as a tuple of
+    exact ints (int subclasses are accepted, as the reference does, and converted: runs,
+    extents and ops hold plain ints).
 
     Raises:
         InvalidArgumentError: not a list or tuple, an id not an int, or an id outside the
@@ -36,11 +38,15 @@ def _ids_list(unit_ids: Any, num_units: int) -> tuple[int, ...]:
             f"unit_ids must be a list or tuple, got {type(unit_ids).__qualname__}"
         )
     ids = tuple(unit_ids)
+    exact = True
     for u in ids:
         if type(u) is not int:  # pragma: no mutate (need_int re-checks)
             need_int("unit id", u)
+            exact = False
         if not 0 <= u < num_units:
             raise InvalidArgumentError(_outside(u, num_units))
+    if not exact:  # an int subclass (an IntEnum, say) names the unit; the pool keeps ints
+        ids = tuple(int(u) for u in ids)
     if len(set(ids)) != len(ids):
         raise DuplicateUnitError(f"unit ids repeat: {list(ids)}")
     return ids

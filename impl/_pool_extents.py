@@ -9,8 +9,7 @@ taken or merged away stays in it until it reaches the top and is dropped there (
 start has an entry; the heap is rebuilt from the live starts when stale entries outnumber
 them). Each call is O(runs log n) Python steps, independent of the units per run.
 
-:func:`_fill` writes one value over a stretch of a per-unit ``array('i')`` at C speed (a
-memory fill, no Python step per unit): the pool's tags and piece bases are such arrays.
+:func:`_zeros` makes the pool's per-unit piece-base array (:data:`TAG_TYPECODE`).
 """
 
 from __future__ import annotations
@@ -18,20 +17,12 @@ from __future__ import annotations
 import heapq
 from array import array
 
-__all__ = ["TAG_TYPECODE", "_Extents", "_fill", "_zeros"]
+__all__ = ["TAG_TYPECODE", "_Extents", "_zeros"]
 
-#: The per-unit arrays' element: a C int (32 bits). Tags are reservation handles, reused, so
-#: at most one per live reservation; piece bases are unit ids: both below ``num_units``.
+#: The element of the pool's per-unit piece bases (a unit id minus its piece: of magnitude
+#: below ``num_units``, possibly negative): a C int (32 bits). The tags are int64.
 TAG_TYPECODE = "i"
 _WIDTH = array(TAG_TYPECODE).itemsize
-
-
-def _fill(arr: array[int], a: int, b: int, value: int) -> None:
-    """``arr[a:b] = value`` at C speed (``arr`` of :data:`TAG_TYPECODE`)."""
-    if value:
-        arr[a:b] = array(TAG_TYPECODE, (value,)) * (b - a)
-    else:
-        arr[a:b] = array(TAG_TYPECODE, bytes(_WIDTH * (b - a)))
 
 
 def _zeros(n: int) -> array[int]:
