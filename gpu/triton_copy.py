@@ -1,29 +1,43 @@
 """The Triton executor: one kernel launch per batch of stores, restores and scrubs.
 
-The host builds one descriptor for the whole batch (the rows
-:func:`~pagedstate.gpu.plan.write_descriptor` gives, computed from per-span affine tables
-made once per executor), written straight into a pinned staging buffer: stores first, then
-restores (the same plan read backwards: source and destination swapped), then scrub rows;
-each row is ``(src_addr, dst_addr, length)`` in bytes, and a scrub row has ``src_addr == 0``
-(zero fill). The row count and the rows go to a device buffer in one non-blocking copy on a
-side stream; the compute stream waits for it on the device, so building and uploading never
-synchronize the compute stream and the upload overlaps the previous batch's kernel. Two
-staging and two device buffers are used in turn: the side stream waits (on the device) for
-the kernel that last read its device buffer, and the host waits only for its own upload from
-two batches ago. Under CUDA graph capture the launch gets buffers of its own and stays on
-the capturing stream; the grid is then sized for the buffer's capacity and rows past the
-count are skipped.
+**Descriptors on the device** (SPEC E.4, E.5 step 3). Every address a copy touches is an
+affine function of the copy's slot or of one of its units, per span of the plan:
+``slot_addr = slot * s_mult + s_const`` and ``unit_addr = units[piece] * d_mult +
+d_const`` (a tensor's base plus a row stride times the index plus the span's offset). The
+executor uploads these per-span tables, and per KV region the scrub's base, stride and
+length, to the device **once**. Per batch the host uploads only the batch itself, O(ops +
+runs + scrub units) integers (:meth:`TritonCopyExecutor._stage_batch`): a 4-integer
+header (copies, stores, scrub units, runs), per op its slot and its first run, per run
+(SPEC A.5: the maximal stretches of consecutive unit ids an op's image lies in) its first
+unit and the image piece it starts at, and the scrub units. For 256 Kimi-Linear images of
+one run each that is about 1,000 integers where a row descriptor had 612,000 rows.
 
-The kernel gives each program ``rows_per_program`` rows, copied side by side as a 2-D tile
-(``rows x block`` elements per step), so the descriptor loads of several rows are paid
-together and many bytes are in flight per program. Addresses become offsets from the lowest-
-addressed tensor of the :class:`StateTensors` (the kernel's base pointer, so every offset is
->= 0 and pointer arithmetic stays typed). A row is one span of the plan, at most one KV
-region long (SPEC E.3), or one region of a scrubbed unit. When every address and length the
-layout can produce is a multiple of 16 bytes (true for every shipped geometry: rows and
-pages are multiples of 16 bytes and allocations are 256-byte aligned; checked once per
-executor) the elements are ``int64``, hinted aligned, so loads and stores are 16-byte
-vectors; otherwise bytes.
+The kernel gives each copy ``ceil(spans / rows_per_program)`` programs, so a program finds
+its op by one division; each of its ``rows_per_program`` spans looks up its piece's run
+(a binary search over the op's runs: no step for an op of one run), hence its unit and
+both addresses, and the spans are copied side by side as a 2-D tile (``rows x block``
+elements per step). Programs after the copies' zero-fill ``rows_per_program`` (unit,
+region) pairs of the scrub each. :meth:`TritonCopyExecutor.rows_of_upload` is a NumPy
+model of that arithmetic, tested against :func:`~pagedstate.gpu.plan.write_descriptor`
+(the specification of the addresses), and the kernel's bytes against those rows.
+
+The upload goes into a pinned staging buffer and to a device buffer in one non-blocking
+copy on a side stream; the compute stream waits for it on the device, so building and
+uploading never synchronize the compute stream and the upload overlaps the previous
+batch's kernel. Two staging and two device buffers are used in turn: the side stream waits
+(on the device) for the kernel that last read its device buffer, and the host waits only
+for its own upload from two batches ago. Under CUDA graph capture the launch gets buffers
+of its own and stays on the capturing stream; the grid is then sized for the capacity
+(``max_ops_per_batch`` copies and ``max_scrub_units`` scrubs) and programs past the
+batch's count find nothing to copy.
+
+Addresses are offsets from the lowest-addressed tensor of the :class:`StateTensors` (the
+kernel's base pointer, so every offset is >= 0 and pointer arithmetic stays typed). A span
+is at most one KV region long (SPEC E.3). When every address and length the layout can
+produce is a multiple of 16 bytes (true for every shipped geometry: rows and pages are
+multiples of 16 bytes and allocations are 256-byte aligned; checked once per executor) the
+elements are ``int64``, hinted aligned, so loads and stores are 16-byte vectors; otherwise
+bytes.
 
 Set ``TRITON_INTERPRET=1`` to run the kernel on a CPU (the tests do, when Triton is
 installed).
@@ -38,7 +52,7 @@ import numpy as np
 
 from pagedstate.spec.errors import InvalidArgumentError
 
-from .executor import CheckedBatch, CopyExecutorBase
+from .executor import PACKED_HEADER, CheckedBatch, CopyExecutorBase
 from .tensors import StateTensors, _torch
 
 __all__ = ["TritonCopyExecutor", "interpreting", "triton_available"]
@@ -66,52 +80,112 @@ def interpreting() -> bool:
 if _HAVE_TRITON:
 
     @triton.jit
-    def _copy_rows_kernel(  # pragma: no cover - runs on the device or the interpreter
+    def _copy_runs_kernel(  # pragma: no cover - runs on the device or the interpreter
         base_ptr,  # the lowest-addressed tensor: int64 elements (WIDE) or uint8
-        base_addr,  # its address in bytes
-        desc_ptr,  # (rows, 3) int64: src_addr (0: zero fill), dst_addr, length, in bytes
-        count_ptr,  # (1,) int64: rows in use (rows past it are skipped)
-        ROWS: tl.constexpr,  # rows per program, copied side by side
-        BLOCK: tl.constexpr,  # elements per row per step
+        buf_ptr,  # the batch's upload, int64 (see _HEADER and TritonCopyExecutor._stage_batch)
+        span_ptr,  # (6, P) int64: s_mult, s_const, piece, d_mult, d_const, length per span
+        scrub_ptr,  # (3, R) int64: base, stride, length of each KV region
+        P: tl.constexpr,  # spans per image
+        PP: tl.constexpr,  # programs per copy: ceil(P / ROWS)
+        R: tl.constexpr,  # KV regions per unit
+        ROWS: tl.constexpr,  # spans (or scrub regions) per program, copied side by side
+        BLOCK: tl.constexpr,  # elements per span per step
         WIDE: tl.constexpr,  # 8-byte elements, offsets even (16-byte vectors)
         FOR_LOOP: tl.constexpr,  # a counted loop (compiled only) instead of a while loop
         ALIGN: tl.constexpr,  # WIDE: every offset and length is a multiple of ALIGN elements
     ):
-        r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
-        live = r < tl.load(count_ptr)
-        src = tl.load(desc_ptr + 3 * r, mask=live, other=0)
-        dst = tl.load(desc_ptr + 3 * r + 1, mask=live, other=0)
-        length = tl.load(desc_ptr + 3 * r + 2, mask=live, other=0)
+        pid = tl.program_id(0).to(tl.int64)
+        n_ops = tl.load(buf_ptr)
+        n_stores = tl.load(buf_ptr + 1)
+        n_scrub = tl.load(buf_ptr + 2)
+        n_runs = tl.load(buf_ptr + 3)
+        lanes = tl.arange(0, ROWS)
+        zero = lanes.to(tl.int64) * 0
+        # Both kinds of program in one straight line, selected by masks (no `if`: the
+        # alignment hints below do not survive an if's results).
+        # A copy program: spans [sp, sp + ROWS) of op `op`.
+        is_copy = pid < n_ops * PP
+        op = pid // PP
+        sp = (pid - op * PP) * ROWS + lanes
+        c_live = (sp < P) & is_copy
+        slot = tl.load(buf_ptr + 4 + op, mask=is_copy, other=0)
+        lo = tl.load(buf_ptr + 4 + n_ops + op, mask=is_copy, other=0)
+        hi = tl.load(buf_ptr + 5 + n_ops + op, mask=is_copy, other=0)
+        first_ptr = buf_ptr + 5 + 2 * n_ops
+        piece_ptr = first_ptr + n_runs
+        piece = tl.load(span_ptr + 2 * P + sp, mask=c_live, other=0)
+        # The run holding each span's piece: the last of the op's runs [lo, hi) that starts
+        # at or before it (a binary search; no step for an op of one run, or a scrub).
+        a = zero + lo
+        b = zero + hi
+        width = hi - lo
+        while width > 1:
+            mid = (a + b) >> 1
+            go = tl.load(piece_ptr + mid) <= piece
+            a = tl.where(go, mid, a)
+            b = tl.where(go, b, mid)
+            width = (width + 1) >> 1
+        unit = tl.load(first_ptr + a, mask=c_live, other=0) + (
+            piece - tl.load(piece_ptr + a, mask=c_live, other=0)
+        )
+        s_mult = tl.load(span_ptr + sp, mask=c_live, other=0)
+        s_const = tl.load(span_ptr + P + sp, mask=c_live, other=0)
+        d_mult = tl.load(span_ptr + 3 * P + sp, mask=c_live, other=0)
+        d_const = tl.load(span_ptr + 4 * P + sp, mask=c_live, other=0)
+        c_n = tl.load(span_ptr + 5 * P + sp, mask=c_live, other=0)
+        slot_at = slot * s_mult + s_const
+        unit_at = unit * d_mult + d_const
+        is_store = op < n_stores
+        # A scrub program: (unit, region) pairs [j, j + ROWS) of the scrub, zero-filled.
+        j = (pid - n_ops * PP) * ROWS + lanes
+        z_live = (j >= 0) & (j < n_scrub * R)
+        k = j // R
+        reg = j - k * R
+        z_unit = tl.load(buf_ptr + 5 + 2 * n_ops + 2 * n_runs + k, mask=z_live, other=0)
+        z_base = tl.load(scrub_ptr + reg, mask=z_live, other=0)
+        z_stride = tl.load(scrub_ptr + R + reg, mask=z_live, other=0)
+        z_n = tl.load(scrub_ptr + 2 * R + reg, mask=z_live, other=0)
+        z_at = z_unit * z_stride + z_base
+        src = tl.where(is_store, slot_at, unit_at)
+        dst = tl.where(is_copy, tl.where(is_store, unit_at, slot_at), z_at)
+        n = c_n + z_n  # each is 0 where its kind's lanes are dead
+        flag = zero + is_copy.to(tl.int64)
         if WIDE:
-            d = tl.multiple_of((dst - base_addr) >> 3, ALIGN)
-            s = tl.multiple_of((src - base_addr) >> 3, ALIGN)
-            n = tl.multiple_of(length >> 3, ALIGN)
+            d = tl.multiple_of(dst, ALIGN)
+            s = tl.multiple_of(src, ALIGN)
+            n = tl.multiple_of(n, ALIGN)
         else:
-            d = dst - base_addr
-            s = src - base_addr
-            n = length
-        copy = (src != 0)[:, None]  # a zero source means: fill with zeros
+            d = dst
+            s = src
+        copy = (flag != 0)[:, None]  # zero: fill with zeros
         s2 = s[:, None]
         d2 = d[:, None]
         n2 = n[:, None]
         offs = tl.arange(0, BLOCK)[None, :]
         longest = tl.max(n, axis=0)
         if FOR_LOOP:
-            for k in range(0, longest, BLOCK):
-                idx = k + offs
+            for kk in range(0, longest, BLOCK):
+                idx = kk + offs
                 m = idx < n2
                 v = tl.load(base_ptr + s2 + idx, mask=m & copy, other=0)
                 tl.store(base_ptr + d2 + idx, v, mask=m)
         else:
             # A while loop: Triton's interpreter cannot take a loaded value as a range()
             # bound (it converts a 1-element array with int()).
-            k = longest * 0
-            while k < longest:
-                idx = k + offs
+            kk = longest * 0
+            while kk < longest:
+                idx = kk + offs
                 m = idx < n2
                 v = tl.load(base_ptr + s2 + idx, mask=m & copy, other=0)
                 tl.store(base_ptr + d2 + idx, v, mask=m)
-                k += BLOCK
+                kk += BLOCK
+
+
+#: The kernel under the name tests/gpu_helpers.py looks for (``triton_interpreted``).
+_copy_rows_kernel = _copy_runs_kernel if _HAVE_TRITON else None
+
+#: Integers at the head of a batch's upload: copies, stores, scrub units, runs.
+_HEADER = PACKED_HEADER
 
 
 class TritonCopyExecutor(CopyExecutorBase):
@@ -122,21 +196,25 @@ class TritonCopyExecutor(CopyExecutorBase):
         tensors: the slot and KV tensors (CUDA, or CPU under the interpreter).
         max_ops_per_batch: descriptor capacity in copies (SPEC E.5: ``2 *
             max_num_seqs``); the static buffers are sized from it.
-        block: elements a program copies per row per step (a power of two; 8-byte elements
-            on the 16-byte path, bytes otherwise).
-        rows_per_program: descriptor rows one program copies side by side (a power of two).
+        block: elements a program copies per span per step (a power of two; 8-byte
+            elements on the 16-byte path, bytes otherwise).
+        rows_per_program: spans one program copies side by side (a power of two).
         num_warps: warps per program.
         max_scrub_units: the most units one batch may scrub (sizes the buffers; more is
             refused with ``BatchTooLargeError``: pass the rest to the next batch).
         wide: force the 16-byte path on (True: refused unless the layout allows it) or off
             (False); None picks it when allowed.
-        for_loop: copy a row with a counted loop instead of a while loop (the compiler may
+        for_loop: copy a span with a counted loop instead of a while loop (the compiler may
             pipeline it; not runnable under the interpreter). None: counted on CUDA, while
             under ``TRITON_INTERPRET=1``.
 
     The defaults (``block=512, rows_per_program=4, num_warps=4``, counted loop) are the
-    variant that met the copy engine's target (>= 0.90x a device-to-device copy of the same
-    bytes for batches >= 8) on every geometry in docs/gpu-benchmarks.md.
+    variant that met the copy engine's device-time target (>= 0.90x a device-to-device
+    copy of the same bytes for batches >= 8) on every geometry in docs/gpu-benchmarks.md.
+
+    Attributes:
+        last_upload_ints: the int64 values the last batch uploaded (header, per op, per
+            run, per scrub unit: ``4 + 2 * ops + 1 + 2 * runs + scrub units``).
 
     Raises:
         ImportError: Triton is not installed.
@@ -197,9 +275,16 @@ class TritonCopyExecutor(CopyExecutorBase):
         self.rows_per_program = rows_per_program
         self.for_loop = (not interpreting()) if for_loop is None else bool(for_loop)
         dev = tensors.device
+        u = self.layout.units_per_checkpoint
         r = len(self.layout.region_bytes)
-        self._rows_cap = max_ops_per_batch * self.plan.num_spans + max_scrub_units * r
-        size = 1 + 3 * self._rows_cap
+        spans = self.plan.num_spans
+        self._programs_per_copy = max(1, -(-spans // rows_per_program))
+        self._grid_cap = max_ops_per_batch * self._programs_per_copy + -(
+            -(max_scrub_units * r) // rows_per_program
+        )  # the capacity's grid (CUDA graph capture)
+        # Header, per op (slot, first run; one more run offset), per run (first unit, first
+        # piece; at most U runs per op), per scrub unit.
+        size = _HEADER + 2 * max_ops_per_batch + 1 + 2 * max_ops_per_batch * u + max_scrub_units
         pin = dev.type == "cuda"
         # Two pinned staging buffers and two device buffers, used in turn. The upload runs
         # on a side stream that waits (on the device) for the kernel that last read its
@@ -207,18 +292,20 @@ class TritonCopyExecutor(CopyExecutorBase):
         # waits only for its own upload from two batches ago, before rewriting that
         # staging buffer: never for the compute stream.
         self._stage = [torch.empty(size, dtype=torch.int64, pin_memory=pin) for _ in range(2)]
+        self._stage_np = [x.numpy() for x in self._stage]
         self._dev = [torch.empty(size, dtype=torch.int64, device=dev) for _ in range(2)]
         self._uploaded: list[Any] = [None, None]
         self._kernel_done: list[Any] = [None, None]
         self._copy_stream = torch.cuda.Stream(device=dev) if pin else None
         self._captured: list[Any] = []  # buffers owned by captured graphs
         self._turn = 0
+        self.last_upload_ints = 0
         everything = tensors.all_tensors()
         base = min(everything, key=lambda x: x.data_ptr())
         self._base_addr = int(base.data_ptr())
         # Every address the layout produces is a tensor's base plus multiples of row
         # strides, region strides and plan offsets and lengths: 16-byte alignment of all of
-        # them makes every row 16-byte aligned.
+        # them makes every span 16-byte aligned.
         p = self.plan
         aligned = (
             all(x.data_ptr() % 16 == 0 for x in everything)
@@ -230,7 +317,7 @@ class TritonCopyExecutor(CopyExecutorBase):
             raise InvalidArgumentError("wide=True needs a layout whose rows are 16-byte aligned")
         self.wide = aligned if wide is None else wide
         # The largest power of two (in 8-byte elements, at most 16) dividing every offset
-        # and length a row can have: the kernel's alignment hint on the 16-byte path.
+        # and length a span can have: the kernel's alignment hint on the 16-byte path.
         g = int(np.gcd.reduce(np.concatenate((p.src_off, p.dst_off, p.length, [0]))))
         for x in everything:
             g = int(np.gcd(g, x.data_ptr() - self._base_addr))
@@ -242,15 +329,40 @@ class TritonCopyExecutor(CopyExecutorBase):
         while self.align < 16 and g % (16 * self.align) == 0:
             self.align *= 2
         self._affine_tables()
+        unit = 8 if self.wide else 1
+        span_tab = np.stack(
+            (
+                self._s_mult,
+                self._s_const - self._base_addr,
+                self._piece,
+                self._d_mult,
+                self._d_const - self._base_addr,
+                p.length,
+            )
+        )
+        span_tab[[0, 1, 3, 4, 5]] //= unit
+        scrub_tab = np.stack(
+            (self._scrub_base - self._base_addr, self._scrub_stride, self._scrub_len)
+        )
+        scrub_tab //= unit
+        # Uploaded once: the kernel derives every address from these and the batch's runs.
+        self._span_tab = torch.as_tensor(
+            np.ascontiguousarray(span_tab if spans else np.zeros((6, 1), np.int64))
+        ).to(dev)
+        self._scrub_tab = torch.as_tensor(
+            np.ascontiguousarray(scrub_tab if r else np.zeros((3, 1), np.int64))
+        ).to(dev)
         flat = base.view(-1).view(torch.uint8)
         self._base = flat[: flat.numel() // 8 * 8].view(torch.int64) if self.wide else flat
 
     def _affine_tables(self) -> None:
-        """Per span, the affine maps from a copy's slot and units to the span's addresses:
-        ``slot_addr = slot * s_mult + s_const`` and ``unit_addr = units[piece] * d_mult +
-        d_const`` (a tensor's base plus a row stride times the index plus the span's
-        offset), so a batch's rows are two broadcasts and one gather, with no per-copy
-        base tables. The same rows as :func:`~pagedstate.gpu.plan.write_descriptor` over
+        """Per span, the affine maps from a copy's slot and unit to the span's addresses:
+        ``slot_addr = slot * s_mult + s_const`` and ``unit_addr = unit * d_mult + d_const``
+        with ``unit`` the op's unit holding piece ``piece`` (a tensor's base plus a row
+        stride times the index plus the span's offset); per KV region the scrub's base,
+        stride and length. The kernel reads them (relative to its base pointer) from
+        device tables made once; :meth:`rows_of_upload` applies them on the host. The same
+        rows as :func:`~pagedstate.gpu.plan.write_descriptor` over
         :meth:`StateTensors.slot_bases` / :meth:`StateTensors.unit_bases` (tested)."""
         t, p = self.tensors, self.plan
         r = len(self.layout.region_bytes)
@@ -268,38 +380,88 @@ class TritonCopyExecutor(CopyExecutorBase):
         self._scrub_stride = d_stride
         self._scrub_len = np.asarray(self.layout.region_bytes, dtype=np.int64)
 
-    def _write_rows(self, out: np.ndarray, batch: CheckedBatch) -> int:
-        """Write the batch's rows into ``out`` ((capacity, 3) int64); returns the count.
-        Stores first, then restores (columns swapped: the store plan read backwards),
-        then scrub rows (source 0)."""
-        spans = self.plan.num_spans
-        n = 0
-        for slots, units, slot_col in (
-            (batch.store_slots, batch.store_units, 0),
-            (batch.restore_slots, batch.restore_units, 1),
+    def _stage_batch(self, out: np.ndarray, batch: CheckedBatch) -> int:
+        """Write the batch's upload into ``out`` (int64, the staging buffer); returns the
+        count of integers written, ``4 + 2 * N + 1 + 2 * M + K``:
+        :attr:`CheckedBatch.upload`, laid out by validation (one copy here).
+
+        Raises:
+            InvalidArgumentError: the batch was changed after validation (its slots or
+                per-op units no longer those its packed integers describe).
+
+        ``[N, S, K, M]`` (copies, stores, scrub units, runs), then each op's slot (``N``,
+        stores first), each op's first run and the run count (``N + 1``), each run's first
+        unit (``M``), each run's first piece (``M``), the scrub units (``K``)."""
+        up = batch.upload
+        if (
+            int(up[0]) != batch.copies
+            or int(up[1]) != len(batch.store_slots)
+            or batch._store_units is not None
+            or batch._restore_units is not None
         ):
-            c = len(slots)
-            if not c:
-                continue
-            rows3 = out[n : n + c * spans].reshape(c, spans, 3)
-            col = rows3[:, :, slot_col]
-            np.multiply(slots[:, None], self._s_mult, out=col)
-            col += self._s_const
-            col = rows3[:, :, 1 - slot_col]
-            np.multiply(np.take(units, self._piece, axis=1), self._d_mult, out=col)
-            col += self._d_const
-            rows3[:, :, 2] = self.plan.length
-            n += c * spans
-        k = len(batch.scrub_units)
-        if k:
-            r = len(self._scrub_len)
-            rows3 = out[n : n + k * r].reshape(k, r, 3)
-            rows3[:, :, 0] = 0
-            np.multiply(batch.scrub_units[:, None], self._scrub_stride, out=rows3[:, :, 1])
-            rows3[:, :, 1] += self._scrub_base
-            rows3[:, :, 2] = self._scrub_len
-            n += k * r
+            raise InvalidArgumentError(
+                "this CheckedBatch's arrays were changed after validation (attrs.evolve):"
+                " the Triton executor uploads the integers validation packed"
+            )
+        n = len(up)
+        out[:n] = up
         return n
+
+    def rows_of_upload(self, ints: np.ndarray) -> np.ndarray:
+        """The descriptor rows ``(src_addr, dst_addr, length)`` in bytes that the kernel
+        derives from an upload (:meth:`_stage_batch`'s integers): one row per span per copy
+        (stores, then restores with the columns swapped), then one per region per scrub
+        unit (source 0: zero fill). A NumPy model of the kernel's address arithmetic, for
+        tests against :func:`~pagedstate.gpu.plan.write_descriptor`. O(copies * spans)."""
+        v = np.asarray(ints, dtype=np.int64)
+        n, n_st, k, m = (int(x) for x in v[:_HEADER])
+        o = _HEADER
+        slots = v[o : o + n]
+        op_runs = v[o + n : o + 2 * n + 1]
+        first = v[o + 2 * n + 1 : o + 2 * n + 1 + m]
+        piece0 = v[o + 2 * n + 1 + m : o + 2 * n + 1 + 2 * m]
+        scrub = v[o + 2 * n + 1 + 2 * m : o + 2 * n + 1 + 2 * m + k]
+        rows = []
+        for i in range(n):
+            lo, hi = int(op_runs[i]), int(op_runs[i + 1])
+            at = lo + np.searchsorted(piece0[lo:hi], self._piece, side="right") - 1
+            unit = first[at] + (self._piece - piece0[at])
+            slot_addr = slots[i] * self._s_mult + self._s_const
+            unit_addr = unit * self._d_mult + self._d_const
+            pair = (slot_addr, unit_addr) if i < n_st else (unit_addr, slot_addr)
+            rows.append(np.stack((pair[0], pair[1], self.plan.length), axis=1))
+        for x in scrub:
+            addr = x * self._scrub_stride + self._scrub_base
+            rows.append(np.stack((np.zeros_like(addr), addr, self._scrub_len), axis=1))
+        return np.concatenate(rows) if rows else np.zeros((0, 3), np.int64)
+
+    def programs(self, copies: int, scrub_units: int) -> int:
+        """The grid of a batch: ``ceil(spans / rows_per_program)`` programs per copy, then
+        ``ceil(scrub_units * regions / rows_per_program)``. Under CUDA graph capture the
+        grid is the capacity's (``max_ops_per_batch`` copies, ``max_scrub_units``)."""
+        rows = self.rows_per_program
+        return copies * self._programs_per_copy + -(-(scrub_units * len(self._scrub_len)) // rows)
+
+    def _launch(self, dev: Any, programs: int) -> None:
+        """One launch of ``programs`` programs over the upload in ``dev`` (a device int64
+        buffer holding :meth:`_stage_batch`'s integers). Programs past the upload's copies
+        and scrubs exit without touching memory, so any grid from :meth:`programs` up to
+        the capacity's copies the same bytes."""
+        _copy_runs_kernel[(programs,)](
+            self._base,
+            dev,
+            self._span_tab,
+            self._scrub_tab,
+            P=self.plan.num_spans,
+            PP=self._programs_per_copy,
+            R=len(self._scrub_len),
+            ROWS=self.rows_per_program,
+            BLOCK=self.block,
+            WIDE=self.wide,
+            FOR_LOOP=self.for_loop,
+            ALIGN=2 * self.align if self.wide else 1,
+            num_warps=self.num_warps,
+        )
 
     def _run(self, batch: CheckedBatch) -> None:
         torch = _torch()
@@ -313,15 +475,14 @@ class TritonCopyExecutor(CopyExecutorBase):
             stage_t = torch.empty_like(self._stage[0], pin_memory=True)
             dev = torch.empty_like(self._dev[0])
             self._captured.append((stage_t, dev))
+            stage = stage_t.numpy()
         else:
             self._turn ^= 1
             if self._uploaded[i] is not None:
                 self._uploaded[i].synchronize()  # our upload from two batches ago is done
-            stage_t, dev = self._stage[i], self._dev[i]
-        stage = stage_t.numpy()
-        rows = self._write_rows(stage[1:].reshape(-1, 3), batch)
-        stage[0] = rows
-        used = 1 + 3 * rows
+            stage_t, dev, stage = self._stage[i], self._dev[i], self._stage_np[i]
+        used = self._stage_batch(stage, batch)
+        self.last_upload_ints = used
         compute = torch.cuda.current_stream() if cuda else None
         if not cuda:
             dev[:used].copy_(stage_t[:used])
@@ -346,20 +507,11 @@ class TritonCopyExecutor(CopyExecutorBase):
                 torch.cuda._sleep(self.hold_cycles)
             start = torch.cuda.Event(enable_timing=True)
             start.record()
-        cap = self._rows_cap if capturing else rows
-        grid = (-(-cap // self.rows_per_program),)
-        _copy_rows_kernel[grid](
-            self._base,
-            self._base_addr,
-            dev[1:],
-            dev[:1],
-            ROWS=self.rows_per_program,
-            BLOCK=self.block,
-            WIDE=self.wide,
-            FOR_LOOP=self.for_loop,
-            ALIGN=2 * self.align if self.wide else 1,
-            num_warps=self.num_warps,
-        )
+        if capturing:
+            programs = self._grid_cap  # programs past the batch's count find nothing to do
+        else:
+            programs = self.programs(batch.copies, len(batch.scrub_units))
+        self._launch(dev, programs)
         if cuda and not capturing:
             done = torch.cuda.Event()
             done.record()

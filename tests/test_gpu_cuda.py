@@ -230,3 +230,111 @@ def test_data_integrity_under_fuzzing_full_geometry(kind: str) -> None:
     done = FullGeometry.stats
     for what in ("stores", "restores", "evictions"):
         assert done.get(what, 0) > 0, f"the run made no {what}: {done}"
+
+
+# -- descriptors on the device: ops as runs (SPEC A.5, E.4) ---------------------------------
+
+
+def _run_ops(layout: Any, slot: int, ids: tuple[int, ...], cls: Any) -> Any:
+    """An op as the store builds it: runs, ``unit_ids`` not expanded."""
+    from pagedstate.spec.ops import unit_runs
+
+    return cls._of_runs(slot, unit_runs(ids), layout.image_bytes, layout.layout_id)
+
+
+def _fragmented_ids(rng: np.random.Generator, units: np.ndarray, pieces: int) -> tuple[int, ...]:
+    """``units`` (consecutive ids) cut into ``pieces`` stretches, the stretches shuffled;
+    ``pieces == len(units)`` with a reversal: every unit its own run, descending."""
+    if pieces >= len(units):
+        return tuple(int(x) for x in units[::-1])
+    cuts = np.sort(rng.choice(np.arange(1, len(units)), pieces - 1, replace=False))
+    parts = np.split(units, cuts)
+    order = rng.permutation(len(parts))
+    return tuple(int(x) for i in order for x in parts[i])
+
+
+def _twin(t: StateTensors) -> StateTensors:
+    """Tensors of the same layout and sizes holding the same bytes."""
+    other = StateTensors(t.layout, t.num_slots, t.num_blocks, "cuda")
+    for a, b in zip(other.all_tensors(), t.all_tensors(), strict=True):
+        a.view(torch.uint8).copy_(b.view(torch.uint8))
+    return other
+
+
+def _same(a: StateTensors, b: StateTensors) -> bool:
+    return all(
+        torch.equal(x.view(torch.uint8), y.view(torch.uint8))
+        for x, y in zip(a.all_tensors(), b.all_tensors(), strict=True)
+    )
+
+
+def _runs_batch(layout: Any, seed: int) -> tuple[list[Any], list[Any], list[int], int]:
+    """2 stores and 2 restores of fragmented images (one run, 8 runs shuffled, every unit
+    its own run descending, 3 runs) and 5 scrub units, over 6 images' worth of units."""
+    u = layout.units_per_checkpoint
+    rng = np.random.default_rng(seed)
+    chunks = [np.arange(i * u, (i + 1) * u) for i in rng.permutation(6)]
+    ids = [
+        tuple(int(x) for x in chunks[0]),
+        _fragmented_ids(rng, chunks[1], 8),
+        _fragmented_ids(rng, chunks[2], u),
+        _fragmented_ids(rng, chunks[3], 3),
+    ]
+    stores = [_run_ops(layout, s, ids[i], CheckpointStoreOp) for i, s in enumerate([0, 1])]
+    restores = [_run_ops(layout, s, ids[2 + i], CheckpointRestoreOp) for i, s in enumerate([2, 3])]
+    scrub = sorted(int(x) for x in rng.choice(chunks[4], 5, replace=False))
+    return stores, restores, scrub, 6 * u
+
+
+@pytest.mark.parametrize("kind", EXECUTORS[1:])
+@pytest.mark.parametrize("model", BENCH_MODELS)
+def test_fragmented_runs_mixed_batch_bit_exact(model: str, kind: str) -> None:
+    """Stores, restores and scrubs of images in one run, in shuffled runs and in single
+    runs descending, in one launch: the compiled kernel writes exactly the bytes of
+    ``write_descriptor``'s rows (applied one by one) and of the torch executor, and uploads
+    O(ops + runs) integers."""
+    from test_gpu_descriptor import _apply_rows, _want_rows
+
+    layout = load_geometry(model).layout(16, spec_tokens=1)
+    stores, restores, scrub, blocks = _runs_batch(layout, 5)
+    t = StateTensors(layout, 4, blocks, "cuda")
+    _scramble(t)
+    ref, by_rows = _twin(t), _twin(t)
+    ex = _executor(kind, t, 8)
+    ex.execute(stores, restores, scrub)
+    runs = sum(len(op.runs) for op in [*stores, *restores])
+    assert runs > layout.units_per_checkpoint + 2  # one image in single-unit runs
+    assert ex.last_upload_ints == 4 + 2 * 4 + 1 + 2 * runs + len(scrub)
+    assert all(op._ids is None for op in [*stores, *restores])  # never expanded
+    TorchCopyExecutor(ref, 8).execute(stores, restores, scrub)
+    _apply_rows(by_rows, _want_rows(by_rows, ex.plan, stores, restores, scrub))
+    torch.cuda.synchronize()
+    assert _same(t, ref), "the kernel and the torch executor differ"
+    assert _same(t, by_rows), "the kernel's bytes are not write_descriptor's rows"
+    assert int(t.read_units(scrub).count_nonzero().item()) == 0
+
+
+def test_cuda_graph_capture_of_a_fragmented_mixed_batch() -> None:
+    """A captured launch of stores, restores and scrubs over fragmented runs (the grid the
+    capacity's, the extra programs idle) replays the same copy with the slots' new bytes."""
+    layout = load_geometry("Kimi-Linear").layout(16)
+    stores, restores, scrub, blocks = _runs_batch(layout, 7)
+    t = StateTensors(layout, 4, blocks, "cuda")
+    _scramble(t)
+    ex = TritonCopyExecutor(t, 8, max_scrub_units=16)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        ex.execute(stores, restores, scrub)  # warm up (compile) outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        ex.execute(stores, restores, scrub)
+    assert ex._grid_cap > ex.programs(4, len(scrub))
+    _scramble(t)
+    ref = _twin(t)
+    g.replay()
+    TorchCopyExecutor(ref, 8).execute(stores, restores, scrub)
+    torch.cuda.synchronize()
+    assert _same(t, ref)

@@ -718,13 +718,13 @@ def _bad_plans(eng: FakeEngine, plan: StepPlan) -> dict[str, StepPlan]:
             plan, slot_blocks={**plan.slot_blocks, other: plan.slot_blocks[slot]}
         ),
         "store-slot-out-of-range": attrs.evolve(
-            plan, stores=(attrs.evolve(store, src_slot=9),), slot_blocks={}
+            plan, stores=(store.evolve(src_slot=9),), slot_blocks={}
         ),
         "store-unit-out-of-range": attrs.evolve(
-            plan, stores=(attrs.evolve(store, unit_ids=(1, 2, 64)),)
+            plan, stores=(store.evolve(unit_ids=(1, 2, 64)),)
         ),
         "store-wrong-layout": attrs.evolve(
-            plan, stores=(attrs.evolve(store, layout_id=lid + "x"),)
+            plan, stores=(store.evolve(layout_id=lid + "x"),)
         ),
         "store-slot-unmapped": attrs.evolve(plan, slot_blocks={}),
         "restore-slot-unmapped": attrs.evolve(plan, kv_saves=(), restores=(restore,)),

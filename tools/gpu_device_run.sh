@@ -4,7 +4,8 @@
 # The device image has its own python3 (torch, Triton, NumPy, attrs, pytest, hypothesis), no
 # install of this project and no network, so the package is put on PYTHONPATH as
 # pagedstate.{spec,models,impl,gpu,engines} through links to this checkout. Everything goes to $OUT
-# (the device tool brings it back): env.txt, gpu_tests.log, bench.log, bench.json,
+# (the device tool brings it back): env.txt, gpu_tests.log (tests/test_gpu_cuda.py and
+# tests/test_gpu_descriptor.py unless GPU_TESTS names others), bench.log, bench.json,
 # gpu-benchmarks.md.
 #
 # usage (through the device tool): bash tools/gpu_device_run.sh [BENCH ARGS...]
@@ -20,7 +21,7 @@ export PYTHONPATH=/tmp/pp PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=ci
     echo "commit: ${COMMIT:-unknown}"
 } 2>&1 | tee "$out/env.txt"
 SECONDS=0
-python3 -m pytest -q -p no:cacheprovider -o addopts="" -m "not slow" ${GPU_TESTS:-tests/test_gpu_cuda.py} 2>&1 | tee "$out/gpu_tests.log"
+python3 -m pytest -q -p no:cacheprovider -o addopts="" -m "not slow" ${GPU_TESTS:-tests/test_gpu_cuda.py tests/test_gpu_descriptor.py} 2>&1 | tee "$out/gpu_tests.log"
 tests_rc=${PIPESTATUS[0]}
 echo "gpu tests: exit $tests_rc, ${SECONDS}s" | tee -a "$out/gpu_tests.log"
 SECONDS=0
