@@ -225,7 +225,7 @@ def _check_op(
         for first, count in runs:
             if first + count > num_blocks:
                 raise CopyOpError(
-                    f"{kind} {i}: run {(first, count)!r} reaches past [0, {num_blocks})"
+                    f"{kind} {i}: run {(first, count)!r} reaches outside [0, {num_blocks})"
                 )
     ids = op.unit_ids  # type: ignore[attr-defined]
     if type(ids) is not tuple or len(ids) != units:
