@@ -210,7 +210,11 @@ def _check_op(
             f"{kind} {i}: layout_id {op.layout_id!r} is not this worker's {layout_id!r}"  # type: ignore[attr-defined]
             " (an image of another layout cannot be read or written here)"
         )
-    if type(op.total_bytes) is not int or op.total_bytes != image_bytes:  # type: ignore[attr-defined]
+    if type(op.total_bytes) is not int:  # type: ignore[attr-defined]
+        raise CopyOpError(
+            f"{kind} {i}: total_bytes must be an int, got {op.total_bytes!r}"  # type: ignore[attr-defined]
+        )
+    if op.total_bytes != image_bytes:  # type: ignore[attr-defined]
         raise CopyOpError(
             f"{kind} {i}: total_bytes {op.total_bytes} != image_bytes {image_bytes}"  # type: ignore[attr-defined]
         )
@@ -228,17 +232,31 @@ def _check_op(
                     f"{kind} {i}: run {(first, count)!r} reaches outside [0, {num_blocks})"
                 )
     ids = op.unit_ids  # type: ignore[attr-defined]
-    if type(ids) is not tuple or len(ids) != units:
-        raise CopyOpError(f"{kind} {i}: a tuple of {units} unit ids expected, got {ids!r}")
+    if type(ids) is not tuple:
+        raise CopyOpError(
+            f"{kind} {i}: unit_ids must be a tuple, got a {type(ids).__name__}: {_short(ids)}"
+        )
+    if len(ids) != units:
+        raise CopyOpError(f"{kind} {i}: a tuple of {units} unit ids expected, got {len(ids)}")
     for u in ids:
         if type(u) is not int or not 0 <= u < num_blocks:
             raise CopyOpError(f"{kind} {i}: unit {u!r} outside [0, {num_blocks})")
     if len(set(ids)) != len(ids):
-        raise CopyOpError(f"{kind} {i}: a unit is named twice in {ids!r}")
+        seen: set[int] = set()
+        twice = next(u for u in ids if u in seen or seen.add(u))  # type: ignore[func-returns-value]
+        raise CopyOpError(f"{kind} {i}: unit {twice} is named twice")
     slot = op.src_slot if kind == "store" else op.dst_slot  # type: ignore[attr-defined]
-    if type(slot) is not int or not 0 <= slot < num_slots:
+    if type(slot) is not int:
+        raise CopyOpError(f"{kind} {i}: a slot must be an int, got {slot!r}")
+    if not 0 <= slot < num_slots:
         raise CopyOpError(f"{kind} {i}: slot {slot!r} outside [0, {num_slots})")
     return slot, ids
+
+
+def _short(value: object, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters (an image may name hundreds of units)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 #: Batches of at most this many runs plus scrub units are checked in plain Python

@@ -304,7 +304,9 @@ class CheckpointStoreOp(_ImageOp):
     def from_runs(
         cls, src_slot: int, runs: UnitRuns, total_bytes: int, layout_id: str
     ) -> CheckpointStoreOp:
-        """A store op over ``runs`` (checked: maximal, well formed).
+        """A store op over ``runs`` (their form is checked: a tuple of ``(first, count)``
+        int pairs, maximal; whether they overlap, fit the pool or count the image's units is
+        the executor's to check, SPEC E.5 step 1).
 
         Raises:
             InvalidArgumentError: ``runs`` is not a tuple of maximal ``(first, count)``
