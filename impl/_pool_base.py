@@ -85,6 +85,7 @@ class _PoolBase:
     _dirty_runs: list[tuple[int, int]]
     _dirty_prune_at: int
     _defer: int
+    _defer_undo: bool
     _deferred: list[int]
     _undo: list[_UndoRecord]
     _store_calls: int

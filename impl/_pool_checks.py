@@ -73,6 +73,6 @@ class _Checks(_PoolBase):
             out.append(f"dirty units {sorted(flagged - indexed)} are missing from the dirty index")
         if any(f not in (0, 1) for f in self._dirtyf):
             out.append("a dirty flag is neither 0 nor 1")
-        if self._defer or self._deferred or self._undo:
+        if self._defer or self._deferred or self._undo or self._defer_undo:
             out.append("a deferral is still open between calls")
         return out

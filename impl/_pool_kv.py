@@ -32,11 +32,16 @@ class _Deferral:
         self._undo_on_error = undo_on_error
 
     def __enter__(self) -> None:
-        self._pool._defer += 1
+        pool = self._pool
+        if not pool._defer:  # the outermost block decides whether its reservations are undone
+            pool._defer_undo = self._undo_on_error
+        pool._defer += 1
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
         pool = self._pool
         pool._defer -= 1
+        if pool._defer == 0:
+            pool._defer_undo = False
         if pool._defer == 0 and pool._deferred:
             evicted, pool._deferred = pool._deferred, []
             undo, pool._undo = pool._undo, []

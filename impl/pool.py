@@ -220,6 +220,7 @@ class UnitPool(_KVSide, _Checks):
         # Eviction callbacks held by deferred_evictions() blocks (nesting depth, hashes), and
         # what undoes each reservation that fired them (see _unreserve).
         self._defer = 0
+        self._defer_undo = False  # the outermost open block undoes its reservations on error
         self._deferred: list[int] = []
         self._undo: list[_UndoRecord] = []
         # Depth of _as_store() blocks: store owners are accepted only inside one.
@@ -601,7 +602,11 @@ class UnitPool(_KVSide, _Checks):
                     runs[-1] = (runs[-1][0], runs[-1][1] + 1)
                 else:
                     runs.append((u, 1))
-        undoable = bool(evicted) and self.on_evict is not None
+        # An undo is possible outside a deferral block and inside one that undoes on error
+        # (the store's own block never does): only then is the undo record kept.
+        undoable = (
+            bool(evicted) and self.on_evict is not None and (not self._defer or self._defer_undo)
+        )
         if undoable:
             # what the tags were, for an undo to put back exactly (SPEC G8)
             tag, pbase = self._tag, self._pbase
@@ -609,14 +614,15 @@ class UnitPool(_KVSide, _Checks):
         self._tag_runs(runs, owner)
         held, key = self._count_of(owner)  # _add_held(owner, count), inline (count > 0)
         held[key] = held.get(key, 0) + count
-        if undoable:
-            undo = (runs, owner, evicted, taken, drained, was)
+        if evicted and self.on_evict is not None:
             if self._defer:
                 self._deferred.extend(evicted)
-                self._undo.append(undo)
+                if undoable:
+                    self._undo.append((runs, owner, evicted, taken, drained, was))
             else:
                 failed = self._fire(evicted)
                 if failed is not None:
+                    undo = (runs, owner, evicted, taken, drained, was)
                     raise _callback_error(failed, self._unreserve(undo)) from failed[1]
         return runs
 
