@@ -90,7 +90,6 @@ shared pieces and the mixins' typed base are in :mod:`._pool_base`.
 from __future__ import annotations
 
 import heapq
-import re
 from array import array
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
@@ -109,6 +108,7 @@ from pagedstate.spec.types import CHECKPOINT_OWNER, TRANSFER_OWNER
 from ._args import need_hashable, need_int
 from ._pool_base import EvictionCallback, _ids_list, _outside, _UndoRecord
 from ._pool_checks import _Checks
+from ._pool_dirty import _NUM_ONES, _ONES, _Dirty
 from ._pool_extents import TAG_TYPECODE as _TC
 from ._pool_extents import _Extents, _zeros
 from ._pool_kv import _callback_error, _Deferral, _KVSide
@@ -117,13 +117,6 @@ __all__ = ["UnitPool", "SlotPool", "KVBlockPool", "EvictionCallback"]
 
 #: The owner kinds that belong to the store (SPEC A.3): ``(kind, ident)`` owners.
 _STORE_KINDS = (CHECKPOINT_OWNER, TRANSFER_OWNER)
-#: A stretch of dirty flags (one a unit), and the flags of a fresh dirty run.
-_ONES_RUN = re.compile(b"\x01+")
-_ONE = re.compile(b"\x01")
-_NUM_ONES = 4096
-_ONES = memoryview(b"\x01" * _NUM_ONES)
-
-
 @runtime_checkable
 class KVBlockPool(Protocol):
     """What an engine's KV side calls on the shared pool (see the module docstring).
@@ -160,7 +153,7 @@ class KVBlockPool(Protocol):
     def mark_clean(self, unit_ids: Iterable[int]) -> None: ...
 
 
-class UnitPool(_KVSide, _Checks):
+class UnitPool(_KVSide, _Dirty, _Checks):
     """Production pool of ``num_units`` units, ids ``[0, num_units)`` (SPEC A.2, G9, G10).
 
     Args:
@@ -303,58 +296,6 @@ class UnitPool(_KVSide, _Checks):
         """``(unit, prefix_hash)`` of every cached free unit, least recently cached (next to
         be reused) first. O(cached)."""
         return tuple(self._cached.items())
-
-    def is_dirty(self, unit: int) -> bool:
-        """Whether ``unit`` last held checkpoint or transfer bytes and was not scrubbed
-        since (G10). O(1).
-
-        Raises:
-            InvalidArgumentError: ``unit`` is not an int in ``[0, num_units)``.
-        """
-        self._need_unit(unit)
-        return bool(self._dirtyf[unit])
-
-    def dirty_units(self) -> frozenset[int]:
-        """Every dirty unit. O(dirty runs + dirty units), not O(num_units)."""
-        self._prune_dirty()
-        flags = self._dirtyf
-        out: set[int] = set()
-        for a, b in self._dirty_runs:
-            out.update(m.start() for m in _ONE.finditer(flags, a, b))
-        return frozenset(out)
-
-    def _mark_dirty(self, runs: Iterable[tuple[int, int]]) -> None:
-        """Flag ``runs`` (``(first, count)``) dirty (G10). O(runs) Python steps."""
-        flags, index = self._dirtyf, self._dirty_runs
-        for a, c in runs:
-            b = a + c
-            flags[a:b] = _ONES[:c] if c <= _NUM_ONES else b"\x01" * c
-            index.append((a, b))
-        if len(index) > self._dirty_prune_at:
-            self._prune_dirty()
-
-    def _prune_dirty(self) -> None:
-        """Rebuild the dirty-run index as the maximal runs of flagged units inside it (its
-        runs may overlap and hold scrubbed units). O(index runs log + their units at C
-        speed); the next prune waits until the index has doubled (amortized O(1) a run)."""
-        index = self._dirty_runs
-        if not index:
-            return
-        flags = self._dirtyf
-        merged: list[tuple[int, int]] = []
-        for a, b in sorted(index):
-            if merged and a <= merged[-1][1]:
-                if b > merged[-1][1]:
-                    merged[-1] = (merged[-1][0], b)
-            else:
-                merged.append((a, b))
-        out: list[tuple[int, int]] = []
-        for a, b in merged:
-            out.extend(m.span() for m in _ONES_RUN.finditer(flags, a, b))
-        self._dirty_runs = out
-        # the next prune scans about as many units again: wait for 1/64 of them in new runs
-        covered = sum(b - a for a, b in out)
-        self._dirty_prune_at = max(1024, 2 * len(out), covered // 64)
 
     def snapshot_parts(
         self,
@@ -518,25 +459,6 @@ class UnitPool(_KVSide, _Checks):
         return True
 
     # -- the raw-unit contract (SPEC A.2) ----------------------------------------------
-
-    def mark_clean(self, unit_ids: Iterable[int]) -> None:
-        """Record that the executor scrubbed these units (G10). O(k).
-
-        Raises:
-            InvalidArgumentError: ``unit_ids`` is not iterable, or an id is not an int in
-                ``[0, num_units)``.
-        """
-        try:
-            ids = list(unit_ids)
-        except TypeError as exc:
-            raise InvalidArgumentError(
-                f"unit_ids must be an iterable of unit ids, got {unit_ids!r}"
-            ) from exc
-        for u in ids:
-            self._need_unit(u)
-        flags = self._dirtyf
-        for u in ids:
-            flags[u] = 0
 
     def reserve_units(self, count: int, owner: Hashable) -> list[int] | None:
         """Reserve ``count`` units tagged ``(owner, piece)``, returned in piece order.
