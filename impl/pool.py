@@ -277,11 +277,7 @@ class UnitPool(_KVSide, _Dirty, _Checks):
             InvalidArgumentError: ``unit`` is not an int in ``[0, num_units)``.
         """
         self._need_unit(unit)
-        w = self._who.get(self._tag[unit])
-        if w is None:
-            return None
-        owner, base = w
-        return owner, unit - (base if base >= 0 else self._pbase[unit])
+        return self._tag_of(unit)
 
     def cached_hash(self, unit: int) -> int | None:
         """The prefix hash a cached free unit holds, ``None`` otherwise. O(1).
