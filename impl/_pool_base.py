@@ -75,7 +75,8 @@ class _PoolBase:
     _ext: _Extents
     _cached: OrderedDict[int, int]
     _tag: array[int]
-    _pbase: array[int]
+    _piece: array[int]
+    _ramp: array[int]
     _who: dict[int, tuple[Hashable, int]]
     _next_handle: int
     _held: dict[Hashable, int]

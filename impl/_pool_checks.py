@@ -24,7 +24,7 @@ class _Checks(_PoolBase):
         ``self_check`` hook). Never raises. O(num_units).
         """
         out: list[str] = []
-        tag, pbase, who = self._tag, self._pbase, self._who
+        tag, pieces, who = self._tag, self._piece, self._who
         ext = self._ext
         out.extend(ext.problems())
         vacant = ext.units()
@@ -54,7 +54,7 @@ class _Checks(_PoolBase):
             if prev != h:
                 out.append(f"owner {key!r} holds two reservations")
             seen.setdefault(id(counts), {}).setdefault(key, []).append(
-                u - (base if base >= 0 else pbase[u])
+                u - base if base >= 0 else pieces[u]
             )
         if tagged_handles != set(who):
             out.append("a live reservation handle tags no unit")

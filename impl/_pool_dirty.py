@@ -1,9 +1,10 @@
 """The production pool's dirty units (SPEC G10): a flag per unit, for ``is_dirty`` in O(1),
 set run by run at C speed when a checkpoint's or a transfer's units are released, and an
 index of the runs that were flagged, so that ``dirty_units`` walks the dirty runs, not the
-pool. The index is a superset (its runs may overlap and hold scrubbed units), pruned to the
-maximal runs of flagged units when walked and when it has grown by a fraction of what it
-covers. A mixin of :class:`~.pool.UnitPool`."""
+pool. Every flagged unit is in the index, so a run released with all its units flagged
+already is not indexed again. The index is a superset (its runs may overlap and hold
+scrubbed units), pruned to the maximal runs of flagged units when walked and when it has
+grown by a fraction of what it covers. A mixin of :class:`~.pool.UnitPool`."""
 
 from __future__ import annotations
 
@@ -48,8 +49,9 @@ class _Dirty(_PoolBase):
         flags, index = self._dirtyf, self._dirty_runs
         for a, c in runs:
             b = a + c
-            flags[a:b] = _ONES[:c] if c <= _NUM_ONES else b"\x01" * c
-            index.append((a, b))
+            if flags.find(0, a, b) >= 0:  # a run flagged whole is in the index already
+                flags[a:b] = _ONES[:c] if c <= _NUM_ONES else b"\x01" * c
+                index.append((a, b))
         if len(index) > self._dirty_prune_at:
             self._prune_dirty()
 

@@ -9,7 +9,7 @@ taken or merged away stays in it until it reaches the top and is dropped there (
 start has an entry; the heap is rebuilt from the live starts when stale entries outnumber
 them). Each call is O(runs log n) Python steps, independent of the units per run.
 
-:func:`_zeros` makes the pool's per-unit piece-base array (:data:`TAG_TYPECODE`).
+:func:`_zeros` makes the pool's per-unit piece array (:data:`TAG_TYPECODE`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from array import array
 
 __all__ = ["TAG_TYPECODE", "_Extents", "_zeros"]
 
-#: The element of the pool's per-unit piece bases (a unit id minus its piece: of magnitude
-#: below ``num_units``, possibly negative): a C int (32 bits). The tags are int64.
+#: The element of the pool's per-unit pieces and of its ramp (each below ``num_units``): a
+#: C int (32 bits). The tags are int64.
 TAG_TYPECODE = "i"
 _WIDTH = array(TAG_TYPECODE).itemsize
 

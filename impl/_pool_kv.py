@@ -101,10 +101,10 @@ class _KVSide(_PoolBase):
         h = self._tag[runs[0][0]]
         piece = sum(c for _, c in runs)
         self._untag_runs(runs)
-        tag, pbase = self._tag, self._pbase
-        for a, old_tag, old_pbase in was:  # the tags as they were (G8 compares the arrays)
+        tag, pieces = self._tag, self._piece
+        for a, old_tag, old_pieces in was:  # the tags as they were (G8 compares the arrays)
             tag[a : a + len(old_tag)] = old_tag
-            pbase[a : a + len(old_pbase)] = old_pbase
+            pieces[a : a + len(old_pieces)] = old_pieces
         if h == self._next_handle - 1:  # the handle goes back too (G8 compares the counter)
             self._next_handle = h
         self._add_held(owner, -piece)

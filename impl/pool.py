@@ -117,6 +117,8 @@ __all__ = ["UnitPool", "SlotPool", "KVBlockPool", "EvictionCallback"]
 
 #: The owner kinds that belong to the store (SPEC A.3): ``(kind, ident)`` owners.
 _STORE_KINDS = (CHECKPOINT_OWNER, TRANSFER_OWNER)
+
+
 @runtime_checkable
 class KVBlockPool(Protocol):
     """What an engine's KV side calls on the shared pool (see the module docstring).
@@ -138,9 +140,7 @@ class KVBlockPool(Protocol):
 
     def release_units(self, unit_ids: Any, owner: Hashable) -> None: ...
 
-    def cache_units(
-        self, unit_ids: Any, owner: Hashable, prefix_hashes: Any
-    ) -> None: ...
+    def cache_units(self, unit_ids: Any, owner: Hashable, prefix_hashes: Any) -> None: ...
 
     def claim_cached_units(self, unit_ids: Any, owner: Hashable) -> None: ...
 
@@ -185,13 +185,15 @@ class UnitPool(_KVSide, _Dirty, _Checks):
         # handle of the last reservation that held u; handles are never reused, so u is
         # reserved exactly when its handle is live, a key of ``_who``: ``_who[h] = (owner,
         # base)``. A one-run reservation (the common case) has ``base`` its first unit and
-        # piece ``u - base``; one of several runs has ``base == -1`` and piece ``u -
-        # _pbase[u]`` (``_pbase``, written for such reservations only, is the unit's id
-        # minus its piece, constant along a run). A reservation is tagged with one memory
-        # fill per run (two with several runs), released by forgetting its handle (no fill),
-        # rekeyed by rewriting one ``_who`` entry: no Python step per unit.
+        # piece ``u - base``; one of several runs has ``base == -1`` and piece
+        # ``_piece[u]`` (``_piece``, written for such reservations only, ascends by one
+        # along a run: each run's pieces are copied from the ramp ``_ramp``, ``0, 1, ...,
+        # num_units - 1``, never written). A reservation is tagged with one memory fill per
+        # run (two with several runs), released by forgetting its handle (no fill), rekeyed
+        # by rewriting one ``_who`` entry: no Python step per unit.
         self._tag: array[int] = array("q", bytes(8 * num_units))
-        self._pbase: array[int] = _zeros(num_units)
+        self._piece: array[int] = _zeros(num_units)
+        self._ramp: array[int] = array(_TC, range(num_units))
         self._who: dict[int, tuple[Hashable, int]] = {}
         self._next_handle = 1
         # Units held per (hashable) owner: the whole-reservation check of G9 without a walk.
@@ -228,7 +230,7 @@ class UnitPool(_KVSide, _Dirty, _Checks):
         c._ext = self._ext.clone()
         c._cached = OrderedDict(self._cached)
         c._tag = array("q", self._tag)
-        c._pbase = array(_TC, self._pbase)
+        c._piece = array(_TC, self._piece)
         c._who = dict(self._who)
         c._held = dict(self._held)
         c._held_ckpt = dict(self._held_ckpt)
@@ -298,7 +300,7 @@ class UnitPool(_KVSide, _Dirty, _Checks):
     ) -> tuple[frozenset[int], frozenset[int], dict[int, tuple[Hashable, int]]]:
         """``(free, dirty, tags)`` for :class:`~pagedstate.spec.snapshot.Snapshot`.
         O(num_units)."""
-        tag, pbase, who = self._tag, self._pbase, self._who
+        tag, pieces, who = self._tag, self._piece, self._who
         free: set[int] = set()
         tags: dict[int, tuple[Hashable, int]] = {}
         for u, h in enumerate(tag):
@@ -306,7 +308,7 @@ class UnitPool(_KVSide, _Dirty, _Checks):
             if w is None:
                 free.add(u)
             else:
-                tags[u] = (w[0], u - (w[1] if w[1] >= 0 else pbase[u]))
+                tags[u] = (w[0], u - w[1] if w[1] >= 0 else pieces[u])
         return frozenset(free), self.dirty_units(), tags
 
     # -- per-owner counts ---------------------------------------------------------------
@@ -401,28 +403,30 @@ class UnitPool(_KVSide, _Dirty, _Checks):
         w = self._who.get(self._tag[unit])
         if w is None:
             return None
-        return w[0], unit - (w[1] if w[1] >= 0 else self._pbase[unit])
+        return w[0], unit - w[1] if w[1] >= 0 else self._piece[unit]
 
     # -- tagging runs ---------------------------------------------------------------------
 
     def _tag_runs(self, runs: list[tuple[int, int]], owner: Hashable) -> None:
         """Tag ``runs`` (piece order, at least one) as one new reservation of ``owner``.
-        O(runs): one fill of the tag array per run, and of the piece bases with several."""
+        O(runs): one fill of the tag array per run, and with several runs one copy of the
+        ramp's pieces per run."""
         h = self._next_handle
         self._next_handle = h + 1
         tag = self._tag
+        one = array("q", (h,))
         if len(runs) == 1:
             a, c = runs[0]
-            tag[a : a + c] = array("q", (h,)) * c
+            tag[a : a + c] = one * c
             self._who[h] = (owner, a)
             return
         self._who[h] = (owner, -1)
-        pbase = self._pbase
+        pieces, ramp = self._piece, self._ramp
         piece = 0
         for a, c in runs:
             b = a + c
-            tag[a:b] = array("q", (h,)) * c
-            pbase[a:b] = array(_TC, (a - piece,)) * c
+            tag[a:b] = one * c
+            pieces[a:b] = ramp[piece : piece + c]
             piece += c
 
     def _untag_runs(self, runs: Sequence[tuple[int, int]]) -> None:
@@ -436,7 +440,7 @@ class UnitPool(_KVSide, _Dirty, _Checks):
         Python steps; for self-checks and the undo of a reservation."""
         if not runs:
             return True
-        tag, pbase = self._tag, self._pbase
+        tag, pieces, ramp = self._tag, self._piece, self._ramp
         h = tag[runs[0][0]]
         w = self._who.get(h)
         if w is None or w[0] != owner:
@@ -445,11 +449,12 @@ class UnitPool(_KVSide, _Dirty, _Checks):
         if single and (len(runs) != 1 or w[1] != runs[0][0]):
             return False
         piece = 0
+        one = array("q", (h,))
         for a, c in runs:
             b = a + c
-            if tag[a:b] != array("q", (h,)) * c:
+            if tag[a:b] != one * c:
                 return False
-            if not single and pbase[a:b] != array(_TC, (a - piece,)) * c:
+            if not single and pieces[a:b] != ramp[piece : piece + c]:
                 return False
             piece += c
         return True
@@ -527,8 +532,8 @@ class UnitPool(_KVSide, _Dirty, _Checks):
         )
         if undoable:
             # what the tags were, for an undo to put back exactly (SPEC G8)
-            tag, pbase = self._tag, self._pbase
-            was = [(a, tag[a : a + c], pbase[a : a + c]) for a, c in runs]
+            tag, pieces = self._tag, self._piece
+            was = [(a, tag[a : a + c], pieces[a : a + c]) for a, c in runs]
         self._tag_runs(runs, owner)
         held, key = self._count_of(owner)  # _add_held(owner, count), inline (count > 0)
         held[key] = held.get(key, 0) + count
@@ -597,7 +602,10 @@ class UnitPool(_KVSide, _Dirty, _Checks):
                 start[a] = e
                 end[e] = a
                 heapq.heappush(ext.heap, a)
-            if dirtying:
+            # a run already flagged whole is already in the index (every flagged unit is):
+            # it is neither flagged nor indexed again, so re-releasing dirty units (the
+            # steady state of a pool that is not scrubbed) does not grow the index
+            if dirtying and flags.find(0, a, b) >= 0:
                 flags[a:b] = _ONES[:c] if c <= _NUM_ONES else b"\x01" * c
                 index.append((a, b))
             n += c
@@ -639,7 +647,7 @@ class UnitPool(_KVSide, _Dirty, _Checks):
                 return False
         except Exception:  # unhashable, or a __hash__ that raises: the slow path names it
             return False
-        tag, pbase, who = self._tag, self._pbase, self._who
+        tag, pieces, who = self._tag, self._piece, self._who
         size = self.num_units
         piece = 0  # pragma: no mutate
         # Every unit of one reservation carries its live handle; the handle's owner is the
@@ -664,7 +672,7 @@ class UnitPool(_KVSide, _Dirty, _Checks):
                     elif not self._counted_as(held_by, counts, key):
                         return False
                 handle = h
-            if u - (base if base >= 0 else pbase[u]) != piece:
+            if (u - base if base >= 0 else pieces[u]) != piece:
                 return False
             piece += 1  # pragma: no mutate
         return True  # pragma: no mutate

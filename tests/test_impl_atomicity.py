@@ -493,7 +493,7 @@ def test_deep_state_sees_private_indexes() -> None:
         lambda: c.pool._held.__setitem__(("ghost", 0), 1),
         lambda: c.pool._ext.heap.append(10**6),
         lambda: c.pool._tag.__setitem__(0, c.pool._tag[0] + 1),
-        lambda: c.pool._pbase.__setitem__(0, c.pool._pbase[0] + 1),
+        lambda: c.pool._piece.__setitem__(0, c.pool._piece[0] + 1),
         lambda: c.pool._dirtyf.__setitem__(0, 1 - c.pool._dirtyf[0]),
         lambda: c.pool._dirty_runs.append((0, 1)),
         lambda: c.pool._who.__setitem__(10**9, "ghost"),

@@ -167,10 +167,18 @@ def test_the_dirty_index_stays_bounded_without_a_scrub() -> None:
             runs = pool._reserve_runs(3, (CHECKPOINT_OWNER, k))
             assert runs is not None
             pool._release_runs(runs, (CHECKPOINT_OWNER, k))
-    assert len(pool._dirty_runs) <= 1024 + 1
+    # a run released with every unit flagged already is not indexed again: one entry
+    assert pool._dirty_runs == [(0, 3)]
     assert pool.dirty_units() == frozenset(range(3))
     pool.mark_clean([0, 2])
     assert pool.dirty_units() == frozenset({1})
+    assert pool.self_check() == []
+    # a run with a clean unit in it is flagged and indexed again
+    with pool._as_store():
+        runs = pool._reserve_runs(3, (CHECKPOINT_OWNER, -1))
+        assert runs == [(0, 3)]
+        pool._release_runs(runs, (CHECKPOINT_OWNER, -1))
+    assert pool.dirty_units() == frozenset(range(3))
     assert pool.self_check() == []
 
 
@@ -214,9 +222,17 @@ def test_the_store_hands_out_runs_without_expanding_unit_ids() -> None:
 
 PLANTS = {
     # a release that forgets the dirty marks (G10): the snapshots' dirty sets differ
-    "a release dirties nothing": ("_release_runs", "if dirtying:", "if False:"),
+    "a release dirties nothing": (
+        "_release_runs",
+        "if dirtying and flags.find(0, a, b) >= 0:",
+        "if False:",
+    ),
     # a run tagged with the wrong pieces: the snapshots' tags differ
-    "a run's pieces off by one": ("_tag_runs", "(a - piece,)", "(a - piece - 1,)"),
+    "a run's pieces off by one": (
+        "_tag_runs",
+        "ramp[piece : piece + c]",
+        "ramp[piece + 1 : piece + c + 1]",
+    ),
 }
 
 
@@ -271,7 +287,7 @@ def test_a_planted_bug_in_the_extents_is_caught_by_self_check() -> None:
     ext.count += 4
     for u in b:
         pool._tag[u] = 0
-        pool._pbase[u] = 0
+        pool._piece[u] = 0
     pool._who.clear()
     pool._held.clear()
     assert any("touch" in p for p in pool.self_check())

@@ -81,16 +81,16 @@ def _swap_first_two(heap: list[int]) -> None:
 
 def _set_piece(c: Any, unit: int, piece: int) -> None:
     """Give ``unit`` alone another piece: its reservation is first written in the form of
-    several runs (piece bases per unit), then the unit's base is changed."""
+    several runs (a piece per unit), then the unit's piece is changed."""
     pool = c.pool
     h = pool._tag[unit]
     owner, base = pool._who[h]
     if base >= 0:
         for u, g in enumerate(pool._tag):
             if g == h:
-                pool._pbase[u] = base
+                pool._piece[u] = u - base
         pool._who[h] = (owner, -1)
-    pool._pbase[unit] = unit - piece
+    pool._piece[unit] = piece
 
 
 def _units_of(c: Any, owner: Any) -> list[int]:
@@ -145,9 +145,7 @@ CORRUPTIONS: dict[str, tuple[Callable[[Any], None], str | Callable[[Any], str]]]
         r"the evictable count is 2, not 1",
     ),
     "victim heap lost an entry": (
-        lambda c: c.store._victims.remove(
-            c.store.records[c.store.hash_to_checkpoint[104]].stamp
-        ),
+        lambda c: c.store._victims.remove(c.store.records[c.store.hash_to_checkpoint[104]].stamp),
         r"evictable records missing from the victim heap: \[3\]",
     ),
     "victim heap out of order": (

@@ -174,12 +174,13 @@ def test_bug_validate_batch_expands_an_oversized_run_instead_of_refusing_it(coun
 
 
 def test_the_extents_module_says_what_the_arrays_are() -> None:
-    """``_pool_extents.TAG_TYPECODE`` is the piece bases' element (32 bits: a unit id minus
-    its piece, of magnitude below ``num_units``, may be negative); the tags are int64
+    """``_pool_extents.TAG_TYPECODE`` is the element of the pieces and the ramp (32 bits:
+    each below ``num_units``); the tags are int64
     handles, never reused (a review found the module's docstring still describing reused
     32-bit tags)."""
     pool = I.UnitPool(4)
-    assert pool._pbase.typecode == _pool_extents.TAG_TYPECODE and pool._tag.typecode == "q"
+    assert pool._piece.typecode == _pool_extents.TAG_TYPECODE and pool._tag.typecode == "q"
+    assert pool._ramp.typecode == _pool_extents.TAG_TYPECODE and list(pool._ramp) == [0, 1, 2, 3]
     doc = _pool_extents.__doc__ or ""
     assert "_fill" not in doc and "reused" not in doc
 
