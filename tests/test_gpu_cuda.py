@@ -338,3 +338,37 @@ def test_cuda_graph_capture_of_a_fragmented_mixed_batch() -> None:
     TorchCopyExecutor(ref, 8).execute(stores, restores, scrub)
     torch.cuda.synchronize()
     assert _same(t, ref)
+
+
+def test_direct_launches_copy_what_the_jit_dispatch_copies() -> None:
+    """The compiled kernel's launcher (``direct_launch``, after the first launch compiled
+    it) and Triton's JIT dispatch write the same bytes, batch after batch, over grids of
+    several sizes, on the default stream and on a stream of the caller's; the compute
+    stream then waits for the side stream's upload either way."""
+    layout = load_geometry("Kimi-Linear").layout(16)
+    u = layout.units_per_checkpoint
+    t = StateTensors(layout, 4, 12 * u, "cuda")
+    _scramble(t)
+    twin = _twin(t)
+    direct = TritonCopyExecutor(t, 8)
+    jit = TritonCopyExecutor(twin, 8)
+    jit.direct_launch = False
+    rng = np.random.default_rng(3)
+    user = torch.cuda.Stream()
+    for step in range(8):
+        k = 1 + step % 3
+        units = rng.permutation(12 * u)[: k * u].reshape(k, u)
+        stores = _ops(layout, list(range(k)), units)
+        for ex in (direct, jit):
+            if step % 2:
+                user.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(user):
+                    ex.execute(stores)
+                torch.cuda.current_stream().wait_stream(user)
+            else:
+                ex.execute(stores)
+        for x in (*t.slot_tensors, *twin.slot_tensors):  # the next images: new slot bytes
+            x.view(torch.uint8).add_(1)
+    torch.cuda.synchronize()
+    assert direct._runners and not jit._runners  # the two paths were taken
+    assert _same(t, twin)
