@@ -58,8 +58,8 @@ Default matrix: U in 2, 4, 8, 32, 101, 390 x R in 64, 256, 1,024 x both pools, 6
 passes and 7 repeats of 16 passes per cell. ``--quick`` (a smoke run for the tests): U 2, 4,
 390 at R 16 and 32, one request in 4 finishing per pass, 4 warm-up passes and 2 repeats of
 4. The measured code is named by its commit and the number of uncommitted files in the
-implementation's folder (``git``; the ``COMMIT`` environment variable for a copy of the tree
-without its history).
+implementation's folder (``git``), or by the ``COMMIT`` environment variable when it is set
+(a copy of the tree whose history is missing or stale).
 
 Usage: ``python -m pagedstate.models.bench.units [--out docs/benchmarks.md] [--json PATH]
 [--quick]``; ``--out`` replaces the section between ``<!-- bench-units:begin -->`` and
@@ -596,9 +596,12 @@ def measure(o: UnitsOptions, say: Callable[[str], None] | None = None) -> Measur
             print(msg, file=sys.stderr, flush=True)
 
     mod = resolve_impl(o.impl)
-    provenance = _provenance(mod)
-    if not provenance and os.environ.get("COMMIT"):  # a copy of the tree without its history
+    if os.environ.get("COMMIT"):
+        # named by the caller: a copy of the tree whose git history may be missing or stale
+        # (the device machine's copy reported its first commit as HEAD)
         provenance = f"commit {os.environ['COMMIT']}"
+    else:
+        provenance = _provenance(mod)
     start = _machine()
     t0 = time.perf_counter()
     say(
