@@ -294,13 +294,39 @@ class Violation:
 
 @attrs.define
 class Report:
-    """What an exploration found, in the style of TLC and stateright."""
+    """What an exploration found, in the style of TLC and stateright.
+
+    Counts are of states; times are seconds of wall time. While the search runs, the report
+    passed to ``progress`` holds the counts so far.
+
+    Attributes:
+        generated: successors computed (states, duplicates included).
+        distinct: distinct states found and checked.
+        depth: the deepest level reached (actions from the initial state).
+        at_depth_bound: distinct states found at the depth bound (``config.max_depth``
+            actions from the initial state): checked and counted in ``distinct``, never
+            expanded. 0 without a bound or when no state lies that deep; the same in every
+            run of one configuration and bound, with or without ``progress``.
+        queued: distinct states found below the depth bound and not yet expanded. While
+            the search runs, those waiting on its queue; once it ends, those a state or
+            time bound or a violation left unexpanded (0 when it ran to completion or to its
+            depth bound). The parallel search also counts the successors it had received
+            but not yet deduplicated when its time bound struck.
+        seconds: wall time of the search.
+        complete: every reachable state was expanded: nothing queued, no state at the
+            depth bound (the bound cut nothing off), no violation.
+        frontier_left: ``at_depth_bound + queued`` (a property; TLC's "states left on
+            queue").
+    """
 
     config: Config
     generated: int = 0
     distinct: int = 0
     depth: int = 0
-    frontier_left: int = 0
+    #: Distinct states at the depth bound, checked and never expanded.
+    at_depth_bound: int = 0
+    #: Distinct states below the depth bound, found and not (yet) expanded.
+    queued: int = 0
     seconds: float = 0.0
     complete: bool = False
     rows_hit: set[tuple[str, int]] = attrs.field(factory=set)
@@ -310,6 +336,13 @@ class Report:
     #: Why the search ended: "complete", "depth bound", "state bound", "time bound" or
     #: "violation" (empty while running).
     stopped: str = ""
+
+    @property
+    def frontier_left(self) -> int:
+        """States found but never expanded (TLC's "states left on queue"):
+        ``at_depth_bound + queued``. 0 when the search is complete (and after a violation
+        that left nothing unexpanded)."""
+        return self.at_depth_bound + self.queued
 
     @property
     def states_per_second(self) -> float:
@@ -344,7 +377,8 @@ class Report:
             f" transfers={c.transfers} scratch={c.scratch_slots} suspend={c.suspend}"
             f" completions={c.completions} forwards={c.forwards} max_depth={c.max_depth}",
             f"{self.generated} states generated, {self.distinct} distinct states found,"
-            f" {self.frontier_left} states left on queue.",
+            f" {self.frontier_left} states left on queue ({self.at_depth_bound} at the depth"
+            f" bound, {self.queued} not expanded).",
             f"The depth of the {'complete ' if self.complete else ''}state graph search is"
             f" {self.depth}.",
             f"{self.seconds:.1f} s, {self.states_per_second:,.0f} distinct states/s;"
@@ -424,6 +458,7 @@ def explore(
     max_seconds: float | None = None,
     check_drain: bool = True,
     progress: Callable[[Report], None] | None = None,
+    drain_memo: bool = True,
 ) -> Report:
     """Breadth-first search over every reachable state of ``config``.
 
@@ -434,15 +469,25 @@ def explore(
         max_states: stop after this many distinct states (``None``: no bound).
         max_seconds: stop after this much wall time (``None``: no bound).
         check_drain: run the drain check in every state.
-        progress: called with the running report about once a second.
+        drain_memo: memoise the drain check's argument-free tail on the canonical state it
+            starts from (:meth:`World.drain_problems`); False drains every state whole.
+            The verdicts, counts, rows and goals are the same either way.
+        progress: called with the running report about once a second; it must not change
+            the report. The counts it sees are the search's own so far (``queued``: the
+            states on the queue now); the final report is the same with or without it.
 
     Returns:
         A :class:`Report`; ``report.violation`` holds the first (shortest) violation found,
         at which point the search stops.
+
+    Raises:
+        KeyError: ``config`` is a name not in :data:`CONFIGS`.
     """
     cfg = CONFIGS[config] if isinstance(config, str) else config
     with _no_gc():
-        return _explore(cfg, coordinator_factory, max_states, max_seconds, check_drain, progress)
+        return _explore(
+            cfg, coordinator_factory, max_states, max_seconds, check_drain, progress, drain_memo
+        )
 
 
 @contextlib.contextmanager
@@ -458,6 +503,11 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
+#: Seconds between two calls of a search's ``progress`` callback (and, in the parallel
+#: search, between two interim counts a worker sends in the middle of a level).
+_PROGRESS_EVERY_S = 1.0
+
+
 def _explore(
     cfg: Config,
     coordinator_factory: Callable[..., PagedStateCheckpointCoordinator] | None,
@@ -465,8 +515,10 @@ def _explore(
     max_seconds: float | None,
     check_drain: bool,
     progress: Callable[[Report], None] | None,
+    drain_memo: bool = True,
 ) -> Report:
     report = Report(config=cfg)
+    memo: dict[Any, bool] | None = {} if drain_memo else None
     sink: set[tuple[str, int]] = report.rows_hit
     t0 = time.perf_counter()
     last_progress = t0
@@ -487,7 +539,13 @@ def _explore(
             steps.append(act)
         return tuple(reversed(steps))
 
+    # The queue holds states below the depth bound (to expand) and, behind them, states at
+    # it (counted in report.at_depth_bound when found, dropped when popped).
+    queue: deque[tuple[World, Any, Snapshot, int]] = deque()
+    at_bound_queued = 0  # states at the depth bound still on the queue
+
     def fail(kind: str, name: str, msg: str, key: Any, last: Action | None) -> Report:
+        report.queued = len(queue) - at_bound_queued
         report.stopped = "violation"
         report.violation = Violation(kind, name, msg, trace_to(key, last))
         report.seconds = time.perf_counter() - t0
@@ -498,7 +556,9 @@ def _explore(
     s0 = init.snapshot()
     for name, msg in check_invariants(s0):
         return fail("Invariant", name, msg, init_key, None)
-    queue: deque[tuple[World, Any, Snapshot, int]] = deque([(init, init_key, s0, 0)])
+    queue.append((init, init_key, s0, 0))
+    if cfg.max_depth is not None and cfg.max_depth <= 0:
+        report.at_depth_bound = at_bound_queued = 1
     report.distinct = 1
     goal_checks = [(n, pred) for n, (applies, pred) in GOALS.items() if applies(cfg)]
 
@@ -512,21 +572,21 @@ def _explore(
 
     note_goals(s0)
     if check_drain:
-        problems = init.drain_problems()
+        problems = init.drain_problems(memo)
         if problems:
             return fail("Liveness", "drain", problems[0], init_key, None)
 
     deadline = None if max_seconds is None else t0 + max_seconds
     while queue:
         if deadline is not None and time.perf_counter() >= deadline:
-            report.frontier_left += len(queue)
             report.stopped = "time bound"
             break
         world, key, snap, depth = queue.popleft()
         report.depth = max(report.depth, depth)
         if cfg.max_depth is not None and depth >= cfg.max_depth:
-            report.frontier_left += 1
+            at_bound_queued -= 1  # counted in report.at_depth_bound when it was found
             continue
+        child_at_bound = cfg.max_depth is not None and depth + 1 >= cfg.max_depth
         for action in world.actions():
             nxt = world.clone()
             name, args = action
@@ -567,23 +627,28 @@ def _explore(
             for msg in nxt.problems():
                 return fail("Invariant", "environment_agreement", msg, nkey, None)
             if check_drain:
-                problems = nxt.drain_problems()
+                problems = nxt.drain_problems(memo)
                 if problems:
                     return fail("Liveness", "drain", problems[0], nkey, None)
             note_goals(nsnap)
             queue.append((nxt, nkey, nsnap, depth + 1))
+            if child_at_bound:
+                report.at_depth_bound += 1
+                at_bound_queued += 1
             if max_states is not None and report.distinct >= max_states:
-                report.frontier_left = len(queue)
+                report.queued = len(queue) - at_bound_queued
                 report.seconds = time.perf_counter() - t0
                 report.stopped = "state bound"
                 return report
         if progress is not None:
             now = time.perf_counter()
-            if now - last_progress >= 1.0:
+            if now - last_progress >= _PROGRESS_EVERY_S:
                 last_progress = now
                 report.seconds = now - t0
-                report.frontier_left = len(queue)
+                report.queued = len(queue) - at_bound_queued
                 progress(report)
+    # Empty unless the time bound stopped the search.
+    report.queued = len(queue) - at_bound_queued
     report.complete = report.frontier_left == 0 and report.stopped == ""
     if not report.stopped:
         report.stopped = "complete" if report.complete else "depth bound"
@@ -603,6 +668,13 @@ def _explore(
 # The last level (at the depth bound, most of the states) is checked but never kept as
 # worlds: owned successors are checked where they are generated, the others are pickled in
 # chunks as they come and checked by their owner one chunk at a time.
+#
+# Counts: every reply ends with the worker's (queued, at depth bound) states; with a
+# progress callback, a worker in the middle of a level also sends ``(_TICK, generated,
+# rejected, new, queued, at depth bound)`` (its counts so far in this round) every
+# _PROGRESS_EVERY_S seconds, so a long level is not silent.
+
+_TICK = "tick"
 
 
 def _worker(
@@ -612,10 +684,24 @@ def _worker(
     factory: Callable[..., PagedStateCheckpointCoordinator] | None,
     check_drain: bool,
     conn: Any,
+    tick_every: float | None = None,
+    drain_memo: bool = True,
 ) -> None:
     import pickle
 
     gc.disable()
+    memo: dict[Any, bool] | None = {} if drain_memo else None
+    last_tick = [time.perf_counter()]
+
+    def tick(generated: int, rejected: int, new: int, queued: int) -> None:
+        """Send the counts so far in this round, at most every ``tick_every`` seconds."""
+        if tick_every is None:
+            return
+        now = time.perf_counter()
+        if now - last_tick[0] >= tick_every:
+            last_tick[0] = now
+            conn.send((_TICK, generated, rejected, new, queued, unkept[0]))
+
     sink: set[tuple[str, int]] = set()
     parents: dict[Any, tuple[Any, Action] | None] = {}
     frontier: list[tuple[World, Any, Snapshot]] = []
@@ -641,7 +727,7 @@ def _worker(
         for msg in w.problems():
             return ("Invariant", "environment_agreement", msg, nkey, None)
         if check_drain:
-            problems = w.drain_problems()
+            problems = w.drain_problems(memo)
             if problems:
                 return ("Liveness", "drain", problems[0], nkey, None)
         note_goals(s)
@@ -667,6 +753,7 @@ def _worker(
                     dropped_at_deadline[0] += len(items) - j + rest
                     return new, None
                 i += 1
+                tick(0, 0, new, len(frontier) + dropped_at_deadline[0])
                 nkey, pkey, action, w = item[:4]
                 if nkey in parents:
                     continue
@@ -703,6 +790,7 @@ def _worker(
                 # Out of time: the rest stays queued (reported as the frontier left).
                 frontier.extend(todo[i:])
                 break
+            tick(generated, rejected, new, len(todo) - i)
             for action in world.actions():
                 nxt = world.clone()
                 name, args = action
@@ -774,19 +862,23 @@ def _worker(
             ship(o)
         return generated, rejected, None, blobs, new
 
+    def sizes() -> tuple[int, int]:
+        # (queued: kept for the next level, or left unchecked at the deadline; at the bound)
+        return len(frontier) + dropped_at_deadline[0], unkept[0]
+
     while True:
         msg = conn.recv()
         op = msg[0]
         if op == "receive":
             got = receive(msg[1], msg[2], msg[3])
-            size = len(frontier) + dropped_at_deadline[0] + unkept[0]
-            conn.send((*got, size))
+            conn.send((*got, *sizes()))
         elif op == "expand":
-            conn.send(expand(msg[1], msg[2]))
+            got2 = expand(msg[1], msg[2])
+            conn.send((*got2, *sizes()))
         elif op == "parent":
             conn.send(parents.get(msg[1], None))
         elif op == "finish":
-            conn.send((sink, goals_met, len(frontier) + dropped_at_deadline[0] + unkept[0]))
+            conn.send((sink, goals_met, *sizes()))
             return
 
 
@@ -799,15 +891,26 @@ def explore_parallel(
     max_seconds: float | None = None,
     check_drain: bool = True,
     progress: Callable[[Report], None] | None = None,
+    drain_memo: bool = True,
 ) -> Report:
     """:func:`explore` over ``workers`` forked processes (Linux; same checks, same report).
 
     ``max_states`` is honoured at level granularity: the search stops after the first
     level that reaches it. A violation's trace is a shortest one (BFS level order), though
     not necessarily the same one the sequential search reports.
+
+    ``progress`` is called with the running report after every level and, in the middle
+    of a level, about once a second with the workers' counts so far (a level of
+    ``default`` takes minutes). It must not change the report; the final report is the
+    same with or without it.
+
+    Raises:
+        ValueError: ``workers`` is below 1.
+        KeyError: ``config`` is a name not in :data:`CONFIGS`.
     """
     import multiprocessing
     import pickle
+    from multiprocessing.connection import wait
 
     cfg = CONFIGS[config] if isinstance(config, str) else config
     if workers < 1:
@@ -828,7 +931,16 @@ def explore_parallel(
         parent_conn, child_conn = ctx.Pipe()
         proc = ctx.Process(
             target=_worker,
-            args=(wid, workers, cfg, coordinator_factory, check_drain, child_conn),
+            args=(
+                wid,
+                workers,
+                cfg,
+                coordinator_factory,
+                check_drain,
+                child_conn,
+                None if progress is None else _PROGRESS_EVERY_S,
+                drain_memo,
+            ),
             daemon=True,
         )
         proc.start()
@@ -848,6 +960,52 @@ def explore_parallel(
             steps.append(act)
         return tuple(reversed(steps))
 
+    # Each worker's (queued, at depth bound) as of its last reply.
+    shown: list[tuple[int, int]] = [(0, 0)] * workers
+
+    def gather(msgs: list[Any], counts: Callable[[Any], tuple[int, int, int]]) -> list[Any]:
+        """Send ``msgs[w]`` to worker ``w``; its replies, in worker order. With ``progress``,
+        the workers' interim counts (ticks) are shown while they work, as the report's
+        counts before this round plus each worker's latest ones (``counts`` reads a reply's
+        generated, rejected and new states)."""
+        for c, m in zip(conns, msgs, strict=True):
+            c.send(m)
+        if progress is None:
+            replies = [c.recv() for c in conns]
+            for w, r in enumerate(replies):
+                shown[w] = (r[-2], r[-1])
+            return replies
+        base = (report.generated, report.rejected, report.distinct)
+        live: list[tuple[int, ...]] = [(0, 0, 0, *shown[w]) for w in range(workers)]
+        replies = [None] * workers
+        waiting: dict[Any, int] = {c: w for w, c in enumerate(conns)}
+        last_shown = time.perf_counter()
+        while waiting:
+            ready: list[Any] = wait(list(waiting), timeout=max(_PROGRESS_EVERY_S, 0.01))
+            for c in ready:
+                w = waiting[c]
+                msg = c.recv()
+                if msg[0] == _TICK:
+                    live[w] = msg[1:]
+                else:
+                    replies[w] = msg
+                    shown[w] = (msg[-2], msg[-1])
+                    live[w] = (*counts(msg), *shown[w])
+                    del waiting[c]
+            now = time.perf_counter()
+            if waiting and now - last_shown >= _PROGRESS_EVERY_S:
+                last_shown = now
+                report.generated = base[0] + sum(x[0] for x in live)
+                report.rejected = base[1] + sum(x[1] for x in live)
+                report.distinct = base[2] + sum(x[2] for x in live)
+                report.queued = sum(x[3] for x in live)
+                report.at_depth_bound = sum(x[4] for x in live)
+                report.seconds = now - t0
+                progress(report)
+        # The caller adds the replies' counts to the report's own.
+        report.generated, report.rejected, report.distinct = base
+        return replies
+
     inbox: dict[int, list[bytes]] = {w: [] for w in range(workers)}
     inbox[hash(init_key) % workers].append(
         pickle.dumps([(init_key, None, None, init)], protocol=pickle.HIGHEST_PROTOCOL)
@@ -859,22 +1017,23 @@ def explore_parallel(
     try:
         while True:
             last = cfg.max_depth is not None and depth >= cfg.max_depth
-            for w, c in enumerate(conns):
-                c.send(("receive", inbox[w], deadline, not last))
-            sizes = 0
-            for c in conns:
-                new, viol, size = c.recv()
+            got = gather(
+                [("receive", inbox[w], deadline, not last) for w in range(workers)],
+                lambda r: (0, 0, r[0]),
+            )
+            for new, viol, _, _ in got:
                 report.distinct += new
-                sizes += size
                 violation = violation or viol
+            del got
             if violation is not None:
                 break
             report.depth = depth
             report.seconds = time.perf_counter() - t0
-            report.frontier_left = sizes
+            report.queued = sum(q for q, _ in shown)
+            report.at_depth_bound = sum(a for _, a in shown)
             if progress is not None:
                 progress(report)
-            if sizes == 0:
+            if report.frontier_left == 0:
                 report.complete = True
                 report.stopped = "complete"
                 break
@@ -889,17 +1048,16 @@ def explore_parallel(
                 break
             # The next level is the last: its states are checked but never kept as worlds.
             next_last = cfg.max_depth is not None and depth + 1 >= cfg.max_depth
-            for c in conns:
-                c.send(("expand", deadline, next_last))
+            got = gather([("expand", deadline, next_last)] * workers, lambda r: (r[0], r[1], r[4]))
             inbox = {w: [] for w in range(workers)}
-            for c in conns:
-                generated, rejected, viol, blobs, new = c.recv()
+            for generated, rejected, viol, blobs, new, _, _ in got:
                 report.generated += generated
                 report.rejected += rejected
                 report.distinct += new
                 violation = violation or viol
                 for target, chunks in blobs.items():
                     inbox[target].extend(chunks)
+            del got, blobs
             if violation is not None:
                 break
             out_of_time = deadline is not None and time.perf_counter() >= deadline
@@ -908,15 +1066,15 @@ def explore_parallel(
             kind, name, msg, key, last = violation
             report.stopped = "violation"
             report.violation = Violation(kind, name, msg, trace_to(key, last))
-        left = 0
+        report.queued = report.at_depth_bound = 0
         for c in conns:
             c.send(("finish",))
-            sink, goals, size = c.recv()
+            sink, goals, queued, at_bound = c.recv()
             report.rows_hit |= sink
             for g in goals:
                 report.goals_met.setdefault(g, report.distinct)
-            left += size
-        report.frontier_left = left
+            report.queued += queued
+            report.at_depth_bound += at_bound
     finally:
         for proc in procs:
             proc.join(timeout=5)

@@ -11,6 +11,7 @@ closed set, the choices.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -88,6 +89,10 @@ BAD: list[tuple[str, list[str]]] = [
     ("explore", ["explore", "--json", "{DIR}"]),
     ("explore", ["explore", "--json", "{FILE}/cex.json"]),
     ("explore", ["explore", "--json", ""]),
+    # ... and paths the folder checks pass for root (os.access allows /proc) that cannot be
+    # opened for writing: a new file in /proc, an existing read-only one
+    ("explore", ["explore", "--json", "/proc/pagedstate-cex.json"]),
+    ("explore", ["explore", "--json", "/proc/version"]),
     ("explore", ["explore", "--bogus"]),
     # render: a folder to check that is not one, a folder to write that cannot be one
     ("render", ["render", "--check", "{MISSING}"]),
@@ -182,3 +187,99 @@ def test_render_that_cannot_write_is_a_usage_error(
     code, out, err = run_cli(["render", "--out", str(tmp_path / "docs")], capsys)
     assert code == 2 and "pagedstate render: error: argument --out" in err, err
     assert "No space left on device" in err and "Traceback" not in err and out == ""
+
+
+def _fake_search(
+    monkeypatch: pytest.MonkeyPatch, *, violation: bool, before: Any = None
+) -> list[int]:
+    """Replace both searches by one that returns at once a report of ``tiny`` (with a
+    violation if asked), after calling ``before``; the list counts the calls."""
+    from pagedstate.models import explorer
+
+    calls: list[int] = []
+
+    def search(*args: Any, **kwargs: Any) -> explorer.Report:
+        calls.append(1)
+        if before is not None:
+            before()
+        report = explorer.Report(config=explorer.CONFIGS["tiny"], stopped="violation")
+        if violation:
+            report.violation = explorer.Violation(
+                "Invariant", "planted", "a planted violation", (("drain", ()),)
+            )
+        return report
+
+    monkeypatch.setattr(explorer, "explore", search)
+    monkeypatch.setattr(explorer, "explore_parallel", search)
+    return calls
+
+
+def test_explore_json_that_cannot_be_written_at_the_end_is_an_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ``--json`` path that passed the check before the search but cannot be written when
+    the counterexample is (its folder went away meanwhile) ends in an error naming it, exit
+    status 2, after the report; before, a traceback."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    calls = _fake_search(monkeypatch, violation=True, before=folder.rmdir)
+
+    code, out, err = run_cli(["explore", "--json", str(folder / "cex.json")], capsys)
+
+    assert calls == [1] and not folder.exists()
+    assert code == 2, (code, err)
+    assert "pagedstate explore: error: argument --json" in err and "cannot write" in err, err
+    assert "Traceback" not in err
+    assert "planted is violated" in out and '"name": "planted"' in out  # the report came first
+
+
+@pytest.mark.parametrize("violation", [False, True])
+def test_explore_json_check_changes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    violation: bool,
+) -> None:
+    """The up-front check of ``--json`` tries to open the file and leaves no trace: a new
+    path stays absent and an existing file unchanged unless there is a counterexample to
+    write (then it is the counterexample)."""
+    calls = _fake_search(monkeypatch, violation=violation)
+    new, old = tmp_path / "new.json", tmp_path / "old.json"
+    old.write_text("kept\n", encoding="utf-8")
+
+    for path in (new, old):
+        code, _, err = run_cli(["explore", "--json", str(path)], capsys)
+        assert code == 1, err  # the fake report misses rows: NOT OK, but no usage error
+
+    assert calls == [1, 1]
+    if violation:
+        for path in (new, old):
+            assert json.loads(path.read_text(encoding="utf-8"))["name"] == "planted"
+    else:
+        assert not new.exists() and old.read_text(encoding="utf-8") == "kept\n"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["old.json"]
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_explore_prints_progress_lines_off_a_terminal(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], workers: str
+) -> None:
+    """Off a terminal (a CI log, ``make check``) ``explore`` prints a plain progress line at
+    least every 15 s (before: every 30 s, and the parallel search only once a level); here
+    with both intervals at 0, so every progress call is a line."""
+    from pagedstate.models import explorer
+    from pagedstate.models.cli import explore as explore_cli
+
+    assert explore_cli._LOG_EVERY_S <= 15 and explorer._PROGRESS_EVERY_S <= 15
+    monkeypatch.setattr(explore_cli, "_LOG_EVERY_S", 0.0)
+    monkeypatch.setattr(explorer, "_PROGRESS_EVERY_S", 0.0)
+
+    code, out, err = run_cli(
+        ["explore", "--config", "tiny", "--max-states", "300", "--workers", workers], capsys
+    )
+
+    assert code == 1, err  # 300 states miss rows: NOT OK
+    lines = [line for line in err.splitlines() if line.startswith("explore tiny: ")]
+    assert len(lines) >= 3, err
+    assert all(" distinct, depth " in line and " at the depth bound" in line for line in lines)
+    assert "distinct states found" in out  # the report, on stdout

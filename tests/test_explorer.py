@@ -442,6 +442,152 @@ def test_exploration_is_deterministic() -> None:
     assert one.rejected == two.rejected
 
 
+# --- the states left unexpanded ("states left on queue") --------------------------------
+
+
+class _Clock:
+    """A stand-in for the explorer's ``time`` module. ``every``: each ``perf_counter`` call
+    is a second after the last, so ``progress`` is called after every expansion (and a
+    parallel worker sends its counts after every state); ``once``: only the first call
+    after the start is later, so ``progress`` is called once, early in the search."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode, self.calls = mode, 0
+
+    def perf_counter(self) -> float:
+        self.calls += 1
+        if self.mode == "every":
+            return float(self.calls)
+        return 0.0 if self.calls == 1 else 2.0
+
+
+def _level_sizes(cfg: Config) -> list[int]:
+    """Distinct states (by canonical key) at each depth ``0..cfg.max_depth`` of a plain
+    breadth-first search over the world, without the explorer or its checks."""
+    from pagedstate.spec.errors import PagedStateError
+
+    assert cfg.max_depth is not None
+    level = [cfg.build()]
+    seen = {level[0].key()}
+    sizes = [1]
+    for _ in range(cfg.max_depth):
+        nxt = []
+        for world in level:
+            for name, args in world.actions():
+                child = world.clone()
+                try:
+                    child.act(name, *args)
+                except PagedStateError:
+                    continue
+                if child.key() not in seen:
+                    seen.add(child.key())
+                    nxt.append(child)
+        level = nxt
+        sizes.append(len(nxt))
+    return sizes
+
+
+#: A configuration small enough to be searched completely (276 distinct states).
+_MICRO = Config(name="micro", units=2, units_per_checkpoint=1, hashes=2, seqs=1)
+
+_SEARCHES = pytest.mark.parametrize(
+    "search", [explore, explore_parallel], ids=["sequential", "parallel"]
+)
+
+
+@_SEARCHES
+@pytest.mark.parametrize("clock", [None, "every", "once"])
+def test_states_left_on_queue_are_those_at_the_depth_bound(
+    monkeypatch: pytest.MonkeyPatch, search: Callable[..., Report], clock: str | None
+) -> None:
+    """Searched to its depth bound, the states left unexpanded are exactly the distinct
+    states at that depth (a plain BFS counts them), whether ``progress`` is called never,
+    after every expansion or once early on. Before, the sequential search's progress call
+    overwrote the count with the queue's length and the depth-bound branch then added to
+    it: twice the count with progress every step, queue length plus count with one call."""
+    from pagedstate.models import explorer as explorer_module
+
+    cfg = attrs.evolve(TINY, max_depth=4)
+    sizes = _level_sizes(cfg)
+    seen: list[Report] = []
+    if clock is not None:
+        monkeypatch.setattr(explorer_module, "time", _Clock(clock))
+    report = search(cfg, progress=None if clock is None else seen.append)
+
+    assert report.distinct == sum(sizes) and report.depth == 4
+    assert report.frontier_left == sizes[-1] > 0, (report.frontier_left, sizes)
+    assert f"{sizes[-1]} states left on queue" in report.text()
+    assert not report.complete and report.stopped == "depth bound"
+    assert (report.at_depth_bound, report.queued) == (sizes[-1], 0)
+    assert (clock is None) == (not seen)
+
+
+@_SEARCHES
+@pytest.mark.parametrize("clock", [None, "every", "once"])
+def test_a_complete_search_stays_complete_with_progress(
+    monkeypatch: pytest.MonkeyPatch, search: Callable[..., Report], clock: str | None
+) -> None:
+    """A search that exhausts its space is complete, with nothing left on the queue, also
+    when ``progress`` was called while the queue was not empty (before, the sequential
+    search kept that queue length and reported a "depth bound" on a config without one)."""
+    from pagedstate.models import explorer as explorer_module
+
+    if clock is not None:
+        monkeypatch.setattr(explorer_module, "time", _Clock(clock))
+    report = search(_MICRO, progress=None if clock is None else lambda r: None)
+
+    assert report.frontier_left == 0, report.frontier_left
+    assert report.complete and report.stopped == "complete"
+    assert "Model checking completed" in report.text()
+    assert report.distinct == 276 and (report.at_depth_bound, report.queued) == (0, 0)
+
+
+def test_states_left_at_a_state_bound_do_not_depend_on_progress(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Stopped by ``max_states``, the count is the states still queued (none yet at the
+    depth bound), the same with progress after every expansion; progress saw the live
+    queue, never a count above the distinct states found."""
+    from pagedstate.models import explorer as explorer_module
+
+    plain = explore(TINY, max_states=500)
+    seen: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(explorer_module, "time", _Clock("every"))
+    ticked = explore(
+        TINY, max_states=500, progress=lambda r: seen.append((r.distinct, r.queued, r.depth))
+    )
+
+    assert (ticked.queued, ticked.at_depth_bound) == (plain.queued, plain.at_depth_bound)
+    assert ticked.frontier_left == plain.frontier_left == plain.queued > 0
+    assert plain.stopped == "state bound" and plain.at_depth_bound == 0
+    assert len(seen) > 100
+    assert all(0 < queued < distinct for distinct, queued, _ in seen)
+
+
+def test_parallel_progress_comes_within_a_level(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parallel search calls ``progress`` in the middle of a level too (a level of
+    ``default`` takes minutes; before, it was called once per level), with counts that
+    only grow and never pass the final ones."""
+    from pagedstate.models import explorer as explorer_module
+
+    cfg = attrs.evolve(TINY, max_depth=4)
+    sizes = _level_sizes(cfg)
+    seen: list[tuple[int, int]] = []
+    monkeypatch.setattr(explorer_module, "time", _Clock("every"))
+    report = explore_parallel(
+        cfg, workers=2, progress=lambda r: seen.append((r.generated, r.distinct))
+    )
+
+    assert report.distinct == sum(sizes)
+    assert len(seen) > 2 * len(sizes), len(seen)  # more than once per level
+    generated, distinct = [g for g, _ in seen], [d for _, d in seen]
+    assert generated == sorted(generated) and distinct == sorted(distinct)
+    assert max(generated) <= report.generated and max(distinct) <= report.distinct
+    # Some calls came in the middle of a level: distinct counts no level ends at.
+    level_ends = {sum(sizes[: i + 1]) for i in range(len(sizes))}
+    assert set(distinct) - level_ends, (sorted(set(distinct)), level_ends)
+
+
 # --- the drain check ---------------------------------------------------------------------
 
 

@@ -4,6 +4,7 @@ and :class:`UsageError`, a bad argument found by a handler (reported as argparse
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -57,9 +58,37 @@ def _writable_folder(folder: Path) -> str | None:
     return None
 
 
+def _cannot_open(p: Path) -> str | None:
+    """Why ``p`` cannot be opened for writing, found by trying, or None. Leaves the file
+    system as it found it: an existing file is opened for appending and closed unwritten; a
+    new one is created and removed. Something other than a regular file (``/dev/null``, a
+    pipe) is not opened. ``os.access`` alone is not enough: for root it allows a file in
+    ``/proc`` or one on a read-only mount."""
+    if p.exists():
+        if not p.is_file():
+            return None
+        try:
+            with open(p, "a", encoding="utf-8"):
+                pass
+        except OSError as e:
+            return f"cannot write it ({e.strerror or e})"
+        return None
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:  # made meanwhile by someone else: theirs, not ours to probe
+        return None
+    except OSError as e:
+        return f"cannot create it ({e.strerror or e})"
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(p)
+    return None
+
+
 def check_out_file(path: str | None, what: str) -> None:
     """Check an output file before anything runs: a non-empty path, not a folder, in a folder
-    that exists and can be written.
+    that exists and can be written, and a file that can be opened for writing (tried, see
+    :func:`_cannot_open`; nothing is left changed). ``None`` (the option not given) passes.
 
     Raises:
         UsageError: it is not (``what`` names the option in the message)."""
@@ -70,7 +99,7 @@ def check_out_file(path: str | None, what: str) -> None:
     p = Path(path)
     if p.is_dir():
         raise UsageError(f"argument {what}: {path} is a folder")
-    why = _writable_folder(p.parent if str(p.parent) else Path("."))
+    why = _writable_folder(p.parent if str(p.parent) else Path(".")) or _cannot_open(p)
     if why is not None:
         raise UsageError(f"argument {what}: {path}: {why}")
 

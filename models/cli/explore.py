@@ -7,10 +7,12 @@ import sys
 import time
 from typing import Any
 
-from ._args import MAX_WORKERS, _positive_int, _worker_count, check_out_file
+from ._args import MAX_WORKERS, UsageError, _positive_int, _worker_count, check_out_file
 
-#: Seconds between the plain progress lines ``explore`` prints when stderr is no terminal.
-_LOG_EVERY_S = 30.0
+#: Seconds between the plain progress lines ``explore`` prints when stderr is no terminal
+#: (a CI log, ``make check``): at most this long without a line (the searches report about
+#: once a second, the parallel one in the middle of a level too).
+_LOG_EVERY_S = 10.0
 
 
 def _config_name(text: str) -> str:
@@ -29,10 +31,15 @@ def _run_explore(args: argparse.Namespace) -> int:
 
     Returns 0 when the search found no violation, took every reachable table row and met
     every applicable goal; 1 otherwise (the report says which). ``--json FILE`` also writes
-    the counterexample (if any) as JSON.
+    the counterexample (if any) as JSON; with no violation the file is left as it was.
+    Off a terminal, a plain progress line goes to stderr every ``_LOG_EVERY_S`` (10) seconds:
+    elapsed seconds, states generated and distinct, depth, states queued and at the depth
+    bound, distinct states per second.
 
     Raises:
-        UsageError: ``--json`` names a file that cannot be written (before the search).
+        UsageError: ``--json`` names a file that cannot be written, found before the
+            search (nothing runs), or the write of the counterexample failed after it (the
+            report is printed first). ``main`` reports either and returns 2.
     """
     from rich.console import Console
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -66,15 +73,17 @@ def _run_explore(args: argparse.Namespace) -> int:
                 task,
                 distinct=r.distinct,
                 depth=r.depth,
-                queue=r.frontier_left,
+                queue=r.queued,
                 rate=r.states_per_second,
             )
             now = time.monotonic()
             if plain and now - last_line[0] >= _LOG_EVERY_S:
                 last_line[0] = now
                 print(
-                    f"explore {args.config}: {r.distinct:,} distinct, depth {r.depth},"
-                    f" queue {r.frontier_left:,}, {r.states_per_second:,.0f}/s",
+                    f"explore {args.config}: {r.seconds:,.0f} s, {r.generated:,} generated,"
+                    f" {r.distinct:,} distinct, depth {r.depth}, queue {r.queued:,},"
+                    f" {r.at_depth_bound:,} at the depth bound, {r.states_per_second:,.0f}"
+                    " distinct/s",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -94,10 +103,16 @@ def _run_explore(args: argparse.Namespace) -> int:
                 check_drain=not args.no_drain,
                 progress=progress,
             )
-    print(report.text())
+    print(report.text(), flush=True)
     if args.json is not None and report.violation is not None:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            fh.write(report.violation.to_json() + "\n")
+        try:
+            with open(args.json, "w", encoding="utf-8") as fh:
+                fh.write(report.violation.to_json() + "\n")
+        except OSError as e:  # it could be written before the search, not now
+            raise UsageError(
+                f"argument --json: {args.json}: cannot write the counterexample there"
+                f" ({e.strerror or e}); it is printed above as JSON"
+            ) from None
     return 0 if report.ok else 1
 
 
