@@ -59,6 +59,7 @@ __all__ = [
     "Action",
     "KV_OWNER",
     "drain_calls",
+    "DRAIN_TAIL",
     "make_drain_call",
     "quiescence_problems",
 ]
@@ -841,12 +842,23 @@ class World:
                     out.append(f"KV unit {u} of tenant {k} is {self.pool.owner_of(u)!r}")
         return out
 
-    def drain_problems(self) -> list[str]:
+    def drain_problems(self, memo: dict[Any, bool] | None = None) -> list[str]:
         """Drive a copy of this world to quiescence (:func:`drain_calls`, then
         ``settle_completions(wait=True)``) and report what did not come back
         (:func:`quiescence_problems`): afterwards every unit must be free and nothing
         pinned, pending, queued, in flight or awaiting its completion token (no leak, no
-        stuck pin)."""
+        stuck pin).
+
+        ``memo`` (a dict kept by the caller for one search, or None) memoises the drain's
+        fixed tail on the canonical state it starts from. The drain is a head that hands
+        back what the environment holds (leases, scratch reservations, pending boundaries,
+        offload operations, transfer reservations, KV units: different from state to
+        state) and a tail that takes no argument (:data:`DRAIN_TAIL`: clear, drain and
+        complete until nothing is in flight, settle). The tail calls only the
+        coordinator, so two copies whose keys (:meth:`key`) are equal once the head ran
+        (the environment's released handles forgotten) come out of it alike: the first
+        one's verdict stands for the rest. A memoised failure is drained again without the
+        memo, so its message names this state's own objects. O(head + key) on a hit."""
         w = self.clone()
         calls = drain_calls(
             leases=w.leases,
@@ -856,17 +868,29 @@ class World:
             transfer_owners=w.owners,
             kv=[(units, (KV_OWNER, k)) for k, units in w.kv_held.items()],
         )
+        tail = len(calls) - DRAIN_TAIL
+        seen: Any = None
         try:
-            for name, args in calls:
+            for i, (name, args) in enumerate(calls):
+                if i == tail and memo is not None:
+                    # the head gave every handle back: the environment holds nothing now
+                    w.kv_held, w.leases, w.ops, w.owners, w.scratch_res = {}, [], [], [], []
+                    seen = w.key()
+                    ok = memo.get(seen)
+                    if ok is not None:
+                        return [] if ok else self.drain_problems()
                 make_drain_call(w.coord, w.pool, name, args)
             if self.config.completions:
                 w.coord.settle_completions(wait=True)  # a teardown waits for every token
         except PagedStateError as exc:
-            return [f"the drain raised {type(exc).__name__}: {exc}"]
-        s = w.coord.snapshot()
-        out = quiescence_problems(s)
-        if s.completions:
-            out.append(f"drain left completions {s.completions!r}")
+            out = [f"the drain raised {type(exc).__name__}: {exc}"]
+        else:
+            s = w.coord.snapshot()
+            out = quiescence_problems(s)
+            if s.completions:
+                out.append(f"drain left completions {s.completions!r}")
+        if seen is not None:
+            memo[seen] = not out  # type: ignore[index]
         return out
 
 
@@ -903,6 +927,12 @@ def drain_calls(
     calls += [("take_checkpoint_ops", ()), ("complete_previous_batch", ())] * 3
     calls += [("clear_index", ()), ("complete_previous_batch", ())]
     return calls
+
+
+#: The calls at the end of every :func:`drain_calls` list that take no argument (clear the
+#: index, drain and complete three times, clear and complete): the part of a drain that
+#: :meth:`World.drain_problems` memoises.
+DRAIN_TAIL = 9
 
 
 def make_drain_call(coord: Any, pool: Any, name: str, args: tuple[Any, ...]) -> Any:
