@@ -106,7 +106,7 @@ $(VLLM_STAMP): pyproject.toml
 # random-weight Qwen3-Next; a reference engine with prefix caching off runs first.
 engine-check: $(VLLM_STAMP)
 	@SECONDS=0; VLLM_ENABLE_V1_MULTIPROCESSING=0 timeout $(ENGINE_TIMEOUT) $(VLLM_PY) -m pytest -q -p no:cacheprovider \
-		-p no:logging $(PYTEST_ARGS) tests/engine; rc=$$?; \
+		-p no:logging -rxs $(PYTEST_ARGS) tests/engine; rc=$$?; \
 	echo "make engine-check: $${SECONDS} s (rc=$$rc)"; exit $$rc
 
 # vLLM align mode against vLLM + the pagedstate tier on the same requests (docs/benchmarks.md).
@@ -129,6 +129,8 @@ test-slow: $(STAMP)
 check: test
 	$(MAKE) --no-print-directory check-only
 
+# The explorer prints its report on stdout and, off a terminal (CI), a progress line on
+# stderr every 10 s (models/cli/explore.py, _LOG_EVERY_S), so the minutes it takes are not silent.
 check-only: $(STAMP)
 	$(PY) -m pagedstate.spec.static
 	$(VENV)/bin/pagedstate explore --config default --workers 2

@@ -501,6 +501,42 @@ def test_preempted_request_gives_back_its_slot() -> None:
     assert eng.tier.is_idle(), eng.tier.outstanding()
 
 
+@pytest.mark.parametrize("order", ["free-then-report", "report-then-free"])
+def test_request_finishing_in_its_last_boundary_step_keeps_that_image(order: str) -> None:
+    """A's prompt ends on boundary 3 and its last chunk finishes it (``max_tokens=1``): the
+    image of boundary 3 rides the step that finishes A. vLLM 0.32 frees A before it
+    delivers that step's report (``update_from_output``: ``request_finished`` first, then
+    ``update_connector_output``); an engine may deliver the report first. Either way the
+    image survives A's free, and B resumes from all three blocks with A's state bytes."""
+    eng = FakeEngine()
+    tier = eng.tier
+    a = Request("A", ["s0", "s1", "s2"], 0)
+    assert eng.arrive(a) == 0
+    eng.step({a: B})
+    last = eng.step({a: 2 * B}, report=False)  # boundary 3: A's last chunk
+    assert len(last.stores) == 1
+    if order == "free-then-report":
+        eng.finish(a)
+        tier.steps_ran([last.step])
+    else:
+        tier.steps_ran([last.step])
+        eng.finish(a)
+    # freed while its last store's step was unreported: counted as finishing in flight
+    assert tier.stats["finished_in_flight"] == (1 if order == "free-then-report" else 0)
+    b = Request("B", ["s0", "s1", "s2", "b3"], 5)
+    assert eng.arrive(b) == 3 * B
+    plan = eng.step({})
+    assert len(plan.restores) == 1 and plan.loaded == ("B",)
+    for got, want in zip(eng.state_ids("B", 3), eng.state_written[("A", 3)], strict=True):
+        assert torch.equal(eng.state_bytes(got), want)
+    eng.received(b, 3 * B)
+    eng.step({b: B + 5})
+    eng.finish(b)
+    eng.settle()
+    assert tier.is_idle(), tier.outstanding()
+    assert tier.coordinator.self_check() == []
+
+
 # -- 3. bad input changes nothing -----------------------------------------------------------
 
 

