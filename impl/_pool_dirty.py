@@ -44,17 +44,6 @@ class _Dirty(_PoolBase):
             out.update(m.start() for m in _ONE.finditer(flags, a, b))
         return frozenset(out)
 
-    def _mark_dirty(self, runs: Iterable[tuple[int, int]]) -> None:
-        """Flag ``runs`` (``(first, count)``) dirty (G10). O(runs) Python steps."""
-        flags, index = self._dirtyf, self._dirty_runs
-        for a, c in runs:
-            b = a + c
-            if flags.find(0, a, b) >= 0:  # a run flagged whole is in the index already
-                flags[a:b] = _ONES[:c] if c <= _NUM_ONES else b"\x01" * c
-                index.append((a, b))
-        if len(index) > self._dirty_prune_at:
-            self._prune_dirty()
-
     def _prune_dirty(self) -> None:
         """Rebuild the dirty-run index as the maximal runs of flagged units inside it (its
         runs may overlap and hold scrubbed units). O(index runs log + their units at C

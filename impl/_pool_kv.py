@@ -68,8 +68,11 @@ class _KVSide(_PoolBase):
         If a callback raises, the exit raises
         :class:`~pagedstate.spec.errors.EvictionCallbackError` after every callback ran.
         With ``undo_on_error`` (on the outermost block, when the block itself completed),
-        the reservations made in the block are undone first (the caller then drops what it
-        filed); otherwise they stand."""
+        the reservations made in the block that took cached units (those whose callbacks
+        fired) are undone first, and the error's ``undone`` says whether they all were;
+        reservations of vacant units only stand (the store and coordinator make one
+        reservation per block, the caller then drops what it filed). Without it they all
+        stand."""
         return _Deferral(self, undo_on_error)
 
     def _fire(self, evicted: list[int]) -> tuple[int, Exception] | None:

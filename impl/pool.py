@@ -576,8 +576,8 @@ class UnitPool(_KVSide, _Dirty, _Checks):
     def _release_runs(self, runs: Sequence[tuple[int, int]], owner: Hashable) -> None:
         """Release a whole reservation already known to be ``owner``'s, given as its runs
         in piece order: the store's own path for its records. O(runs log n) Python steps
-        (``_untag_runs`` and ``_mark_dirty``, inline: the store releases through here once
-        per record)."""
+        (``_untag_runs`` and the dirty flags and index, inline: the store releases through
+        here once per record)."""
         if not runs:
             return  # an empty reservation holds no count and no handle
         del self._who[self._tag[runs[0][0]]]
