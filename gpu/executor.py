@@ -234,7 +234,7 @@ def _check_op(
     ids = op.unit_ids  # type: ignore[attr-defined]
     if type(ids) is not tuple:
         raise CopyOpError(
-            f"{kind} {i}: unit_ids must be a tuple, got a {type(ids).__name__}: {_short(ids)}"
+            f"{kind} {i}: unit_ids must be a tuple, got {type(ids).__name__} {_short(ids)}"
         )
     if len(ids) != units:
         raise CopyOpError(f"{kind} {i}: a tuple of {units} unit ids expected, got {len(ids)}")

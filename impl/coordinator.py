@@ -246,7 +246,7 @@ class PagedStateCheckpointCoordinator(_Scratch, _Drain, _Restores):
         self,
         seq: SequenceLike,
         hit: int,
-        block_hashes: list[int],
+        block_hashes: list[int] | tuple[int, ...],
         assume_checkpointed: bool = False,
     ) -> int:
         """Longest prefix (in blocks, ``<= hit``) whose boundary state can be produced, in HBM

@@ -219,7 +219,7 @@ class CoordinatorProtocol(Protocol):
         self,
         seq: SequenceLike,
         hit: int,
-        block_hashes: list[int],
+        block_hashes: list[int] | tuple[int, ...],
         assume_checkpointed: bool = False,
     ) -> int: ...
 
