@@ -116,6 +116,8 @@ MACRO_RULES = frozenset(
         "overlap_pass",
         "scratch_over_restore",
         "unsettled_image",
+        "wait_two_batches",
+        "scratch_wait_two",
     }
 )
 

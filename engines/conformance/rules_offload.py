@@ -38,10 +38,19 @@ class OffloadRules(_Lockstep):
         return multiple(*pairs)
 
     @precondition(lambda self: self.config.leases)
-    @rule(target=OPS, h=READY_H, limited=st.booleans())
-    def acquire(self, h: int, limited: bool) -> Pair | MultipleResults[Pair]:
-        """Lease ``h``'s image for an external transfer (never reclaimed)."""
-        limit = self.config.max_offload_inflight if limited else None
+    @rule(target=OPS, h=READY_H, room=st.one_of(st.integers(0, 2), st.none()))
+    def acquire(self, h: int, room: int | None) -> Pair | MultipleResults[Pair]:
+        """Lease ``h``'s image for an external transfer (never reclaimed). The caller has
+        ``room`` free places, as in ``take_offload``: it passes ``max_inflight =
+        outstanding ops + room`` (at most ``max_offload_inflight``; ``room == 0``: full, so
+        the bound is hit often), or (``room`` None) no bound."""
+        limit = (
+            None
+            if room is None
+            else max(
+                0, min(self.config.max_offload_inflight, len(self.snap_ref.offload_pins) + room)
+            )
+        )
         out = self._both(
             "acquire",
             f"acquire_checkpoint_source({h}, max_inflight={limit})",
