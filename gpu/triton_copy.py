@@ -539,7 +539,6 @@ class TritonCopyExecutor(CopyExecutorBase):
             return
         i = self._turn
         self._turn ^= 1
-        used = 0
         if not cuda:
             stage_t, dev = self._stage[i], self._dev[i]
             used = self._stage_batch(self._stage_np[i], batch)

@@ -116,6 +116,21 @@ def _cpu_children() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _timed(
+    cmd: list[str], env: dict[str, str], timeout: float
+) -> tuple[subprocess.CompletedProcess[str] | None, float, float]:
+    """Run ``cmd`` (output captured); the process (None: it timed out), and its wall and
+    CPU seconds."""
+    t0, c0 = time.perf_counter(), _cpu_children()
+    try:
+        proc: subprocess.CompletedProcess[str] | None = subprocess.run(
+            cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        proc = None
+    return proc, round(time.perf_counter() - t0, 1), round(_cpu_children() - c0, 1)
+
+
 def _kit(name: str, timeout: float, shrink: bool, examples: int | None) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name]
     if shrink:
@@ -123,20 +138,15 @@ def _kit(name: str, timeout: float, shrink: bool, examples: int | None) -> dict[
     if examples is not None:
         cmd += ["--examples", str(examples)]
     env = dict(os.environ, HYPOTHESIS_PROFILE="ci")
-    t0, c0 = time.perf_counter(), _cpu_children()
-    try:
-        proc = subprocess.run(
-            cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
-        )
-    except subprocess.TimeoutExpired:
+    proc, wall, cpu = _timed(cmd, env, timeout)
+    if proc is None:
         return {
             "bug": name,
             "caught": None,
             "first_line": f"timed out after {timeout:.0f} s",
-            "wall": round(time.perf_counter() - t0, 1),
-            "cpu": round(_cpu_children() - c0, 1),
+            "wall": wall,
+            "cpu": cpu,
         }
-    wall, cpu = round(time.perf_counter() - t0, 1), round(_cpu_children() - c0, 1)
     for line in proc.stdout.splitlines():
         if line.startswith(_MARK):
             out: dict[str, Any] = json.loads(line[len(_MARK) :])
@@ -173,19 +183,15 @@ def _suite(name: str, timeout: float) -> dict[str, Any]:
     ]
     env = dict(os.environ, HYPOTHESIS_PROFILE="ci", KIT_STRENGTH_BUG=name)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH")) if p)
-    t0, c0 = time.perf_counter(), _cpu_children()
-    try:
-        proc = subprocess.run(
-            cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
-        )
-    except subprocess.TimeoutExpired:
+    proc, wall, cpu = _timed(cmd, env, timeout)
+    if proc is None:
         return {
             "bug": name,
             "caught": None,
             "files": {},
             "summary": f"timed out ({timeout:.0f} s)",
-            "wall": round(time.perf_counter() - t0, 1),
-            "cpu": round(_cpu_children() - c0, 1),
+            "wall": wall,
+            "cpu": cpu,
         }
     files: dict[str, list[str]] = {}
     for line in proc.stdout.splitlines():
@@ -200,8 +206,8 @@ def _suite(name: str, timeout: float) -> dict[str, Any]:
         "files": files,
         "summary": summary,
         "rc": proc.returncode,
-        "wall": round(time.perf_counter() - t0, 1),
-        "cpu": round(_cpu_children() - c0, 1),
+        "wall": wall,
+        "cpu": cpu,
     }
 
 
