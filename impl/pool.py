@@ -496,6 +496,17 @@ class UnitPool(_KVSide, _Dirty, _Checks):
             return None
         return list(run_units(tuple(runs)))
 
+    def _reserve_vacant_ckpt(self, count: int, cid: int) -> list[tuple[int, int]]:
+        """``_reserve_runs(count, (CHECKPOINT_OWNER, cid))`` when at least ``count >= 1``
+        units are vacant (the caller checked): the lowest vacant units, no cached unit
+        taken, so no callback fires and there is nothing to undo. O(runs log n)."""
+        runs: list[tuple[int, int]] = []
+        self._ext.take(count, runs)
+        self._tag_runs(runs, (CHECKPOINT_OWNER, cid))
+        held = self._held_ckpt
+        held[cid] = held.get(cid, 0) + count
+        return runs
+
     def _reserve_runs(self, count: int, owner: Hashable) -> list[tuple[int, int]] | None:
         """``reserve_units`` past its argument checks, as maximal runs in piece order: the
         store's own path (its owners are well formed and its own to use). O(runs log n +
@@ -580,10 +591,27 @@ class UnitPool(_KVSide, _Dirty, _Checks):
         here once per record)."""
         if not runs:
             return  # an empty reservation holds no count and no handle
+        dirtying = isinstance(owner, tuple) and len(owner) == 2 and owner[0] in _STORE_KINDS
+        held, key = self._count_of(owner)
+        self._release_held(runs, dirtying, held, key)
+
+    def _release_ckpt(self, runs: Sequence[tuple[int, int]], cid: int) -> None:
+        """``_release_runs(runs, (CHECKPOINT_OWNER, cid))``: checkpoint ``cid``'s whole
+        reservation (at least one run) going dirty, its count kept in ``_held_ckpt``."""
+        self._release_held(runs, True, self._held_ckpt, cid)
+
+    def _release_held(
+        self,
+        runs: Sequence[tuple[int, int]],
+        dirtying: bool,
+        held: dict[Hashable, int],
+        key: Hashable,
+    ) -> None:
+        """``_release_runs`` past its owner's kind: ``runs`` (at least one) go vacant, and
+        dirty when ``dirtying``; the owner's count is ``held[key]``."""
         del self._who[self._tag[runs[0][0]]]
         ext = self._ext
         start, end = ext.start, ext.end
-        dirtying = isinstance(owner, tuple) and len(owner) == 2 and owner[0] in _STORE_KINDS
         flags, index = self._dirtyf, self._dirty_runs
         n = 0
         for a, c in runs:
@@ -614,7 +642,6 @@ class UnitPool(_KVSide, _Dirty, _Checks):
             ext.heap = sorted(start)  # a sorted list is a min-heap
         if dirtying and len(index) > self._dirty_prune_at:
             self._prune_dirty()
-        held, key = self._count_of(owner)
         left = held.get(key, 0) - n
         if left:
             held[key] = left

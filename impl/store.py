@@ -137,6 +137,22 @@ _CID_MASK = (1 << _CID_BITS) - 1
 #: Rows whose key is constant, looked up once in their table (which still decides them:
 #: a missing row fails here, at import).
 _BEGIN_STORE = T.RECORD.step(T.ABSENT, "begin_store")
+_EVICT_UNPINNED = T.RECORD.step(T.READY, "evict", store_guard(0))
+#: Whether the two rows a store on the production pool takes in its steady state (evict the
+#: LRU victim, begin the copy) have the effects :meth:`PageUnitCheckpointStore._begin_fast`
+#: applies inline; when the table says otherwise the store takes the general path
+#: (``_make_room`` / ``_apply``), so the shortcut can never disagree with the table.
+_FAST_ROWS = (
+    _BEGIN_STORE.next == T.COPYING
+    and _BEGIN_STORE.pin_delta == 0
+    and _BEGIN_STORE.index == "pending"
+    and _BEGIN_STORE.units == "reserve"
+    and not is_evictable(T.COPYING, 0)
+    and _EVICT_UNPINNED.pin_delta == 0
+    and _EVICT_UNPINNED.index == "remove"
+    and _EVICT_UNPINNED.units == "release"
+    and not is_evictable(_EVICT_UNPINNED.next, 0)
+)
 
 
 class PageUnitCheckpointStore(_Restores, _Offload, _Completions, _Views):
@@ -542,6 +558,8 @@ class PageUnitCheckpointStore(_Restores, _Offload, _Completions, _Views):
         u = self._units
         pool = self.pool
         production = type(pool) is UnitPool
+        if production and _FAST_ROWS:  # pragma: no mutate (the general path does the same, slower)
+            return self._begin_fast(prefix_hash, src_slot, u, pool)
         # _make_room(u), which answers at once when u units are free; the production pool's
         # free count (num_free) is read directly.
         if not (production and pool._ext.count + len(pool._cached) >= u):
@@ -570,6 +588,78 @@ class PageUnitCheckpointStore(_Restores, _Offload, _Completions, _Views):
             if begun is None:
                 return None
             runs = begun
+        spec = self.spec
+        return _store_op(src_slot, runs, spec.image_bytes, spec.layout_id)
+
+    def _begin_fast(
+        self, prefix_hash: int, src_slot: int, u: int, pool: UnitPool
+    ) -> CheckpointStoreOp | None:
+        """``_begin`` on the production pool, the effects of its two rows inline (SPEC A.5:
+        O(runs) Python steps per image, few calls): each LRU victim's evict row (B.3 row 12:
+        READY unpinned -> released, index remove, units released) and the begin row (B.3
+        row 1: -> COPYING, pending). Same effects, rows and order as ``_make_room`` then
+        ``_apply`` (``_FAST_ROWS`` checks the rows are the ones it applies). When the
+        reservation needs cached KV units (whose ``on_evict`` callbacks may call back into
+        the store) it is made inside the pool's deferral block (``_begin_deferred``); when
+        vacant units suffice no callback can fire, so the block is skipped."""
+        ext = pool._ext
+        cached = pool._cached
+        if ext.count + len(cached) < u:
+            if not units_available(u, ext.count + len(cached), self._num_evictable, u):
+                return None
+            records = self.records
+            index = self.hash_to_checkpoint
+            lru = self._lru
+            changes = self._changes
+            hooked = self.row_sink is not None or self.on_transition is not None
+            while ext.count + len(cached) < u:
+                cid = self._next_victim()
+                if cid < 0:
+                    return None  # pragma: no mutate (unreachable: units_available counted it)
+                # _evict(cid): the victim is READY and unpinned (the victim heap's invariant)
+                rec = records[cid]
+                rec.phase = _EVICT_UNPINNED.next
+                h = rec.prefix_hash
+                if index.get(h) == cid:
+                    del index[h]
+                lru.pop(cid, None)  # pragma: no mutate (a READY record is in the LRU)
+                self.generation += 1
+                changes.append((self.generation, h))
+                self._num_evictable -= 1
+                del records[cid]
+                pool._release_ckpt(rec.runs, cid)
+                if hooked:
+                    self._took(T.RECORD, _EVICT_UNPINNED, cid)
+                self.evictions += 1
+        cid = self._next_checkpoint_id
+        self._next_checkpoint_id = cid + 1
+        got: list[tuple[int, int]] | None
+        if ext.count >= u > 0:
+            # vacant units suffice: no cached unit is taken, so no callback fires and the
+            # deferral block would hold nothing
+            got = pool._reserve_vacant_ckpt(u, cid)
+        elif pool.on_evict is None:
+            # no callback is wired: the deferral block would hold nothing either
+            got = pool._reserve_runs(u, (CHECKPOINT_OWNER, cid))
+            if got is None:
+                # equivalent mutants: unreachable: room for u units was made above and no
+                # callback can take it back in between
+                self._next_checkpoint_id = cid  # pragma: no mutate
+                return None
+        else:
+            begun = self._begin_deferred(prefix_hash, cid, pool)
+            if begun is None:
+                return None
+            spec = self.spec
+            return _store_op(src_slot, begun, spec.image_bytes, spec.layout_id)
+        runs = tuple(got)
+        # equivalent mutants: the row sets the phase
+        rec = _Record(prefix_hash, runs, _COPYING, settled=False)  # pragma: no mutate
+        self.records[cid] = rec
+        self._pending_by_hash[prefix_hash] = cid
+        self._inflight_stores.append(cid)
+        if self.row_sink is not None or self.on_transition is not None:
+            self._took(T.RECORD, _BEGIN_STORE, cid)
         spec = self.spec
         return _store_op(src_slot, runs, spec.image_bytes, spec.layout_id)
 

@@ -223,7 +223,7 @@ def test_the_store_hands_out_runs_without_expanding_unit_ids() -> None:
 PLANTS = {
     # a release that forgets the dirty marks (G10): the snapshots' dirty sets differ
     "a release dirties nothing": (
-        "_release_runs",
+        "_release_held",
         "if dirtying and flags.find(0, a, b) >= 0:",
         "if False:",
     ),
@@ -251,6 +251,66 @@ def _caught(name: str, old: str, new: str, seeds: int = 30, steps: int = 400) ->
 @pytest.mark.parametrize("plant_name", sorted(PLANTS))
 def test_a_planted_run_bug_is_caught(plant_name: str) -> None:
     assert _caught(*PLANTS[plant_name])
+
+
+#: Bugs in the store's fused begin (``_begin_fast``: the evict and begin rows' effects
+#: inline, the production pool's path): each must be caught by the lockstep runs.
+FAST_PLANTS = {
+    "an eviction leaves the evictable count": ("self._num_evictable -= 1\n", "pass\n"),
+    "an eviction leaves the index": ("del index[h]\n", "pass\n"),
+    "an eviction is not counted": ("self.evictions += 1\n", "pass\n"),
+    "an eviction bumps no generation": (
+        "self.generation += 1\n            changes",
+        "changes",
+    ),
+    "a begun store is not pending": ("self._pending_by_hash[prefix_hash] = cid\n", "pass\n"),
+    "a begun store is not in flight": ("self._inflight_stores.append(cid)\n", "pass\n"),
+}
+
+
+@pytest.mark.parametrize("plant_name", sorted(FAST_PLANTS))
+def test_a_planted_bug_in_the_fused_begin_is_caught(plant_name: str) -> None:
+    old, new = FAST_PLANTS[plant_name]
+    for seed in range(40):
+        ls = Lockstep(random.Random(seed))
+        plant(ls.i.store, "_begin_fast", old, new)
+        try:
+            for _ in range(400):
+                ls.step()
+        except AssertionError:
+            return
+    raise AssertionError(f"not caught: {plant_name}")
+
+
+def _store_over_cached_units(planted: bool) -> tuple[list[int], object, list[int]]:
+    """A store that must take cached KV units (the lockstep runs have none): the ids it
+    got, its op's units and the prefixes whose KV it overwrote (``on_evict``)."""
+    pool = I.UnitPool(6)
+    kv = pool.reserve_units(6, ("kv", 0))
+    assert kv is not None
+    pool.cache_units(kv, ("kv", 0), [None, None, 21, 22, 23, 24])
+    store = I.PageUnitCheckpointStore(pool, spec(10, 30))
+    fired: list[int] = []
+    pool.on_evict = fired.append
+    if planted:
+        plant(store, "_begin_fast", "if ext.count >= u > 0:", "if u > 0:")
+    op = store.begin_store(1, 0)
+    assert op is not None
+    return list(op.unit_ids), store.self_check(), fired
+
+
+def test_the_fused_begin_takes_cached_units_inside_the_deferral() -> None:
+    """Vacant units 0, 1 and cached 2..5: a 3-unit image takes 0, 1 and the LRU cached unit
+    2, firing ``on_evict(21)`` once the record is filed. With the vacant shortcut planted
+    for every reservation the store fails or differs."""
+    ids, problems, fired = _store_over_cached_units(planted=False)
+    # SPEC A.5: vacant units lowest first, then cached units in LRU order
+    assert ids == [0, 1, 2] and problems == [] and fired == [21]
+    try:
+        got = _store_over_cached_units(planted=True)
+    except Exception:
+        return  # the planted shortcut broke the pool: caught
+    assert got != (ids, problems, fired)
 
 
 def test_a_planted_unmerged_run_is_caught_by_the_store_self_check() -> None:

@@ -842,24 +842,24 @@ def test_a_prune_leaves_the_maximal_dirty_runs() -> None:
 
 PLANTS = {
     # the dirty guard (change 1)
-    "a run flagged but not indexed": ("_release_runs", "index.append((a, b))", "pass"),
+    "a run flagged but not indexed": ("_release_held", "index.append((a, b))", "pass"),
     "the guard inverted": (
-        "_release_runs",
+        "_release_held",
         "flags.find(0, a, b) >= 0",
         "flags.find(0, a, b) < 0",
     ),
     "the guard reads the first unit only": (
-        "_release_runs",
+        "_release_held",
         "flags.find(0, a, b) >= 0",
         "flags.find(0, a, a + 1) >= 0",
     ),
     "the guard misses the last unit": (
-        "_release_runs",
+        "_release_held",
         "flags.find(0, a, b) >= 0",
         "flags.find(0, a, b - 1) >= 0",
     ),
     "the guard takes a clean first unit for flagged": (
-        "_release_runs",
+        "_release_held",
         "flags.find(0, a, b) >= 0",
         "flags.find(0, a, b) > a",
     ),

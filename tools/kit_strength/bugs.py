@@ -163,7 +163,7 @@ BUGS: tuple[Bug, ...] = (
     Bug(
         "dirty_test_reads_first_unit",
         _POOL,
-        "UnitPool._release_runs",
+        "UnitPool._release_held",
         "if dirtying and flags.find(0, a, b) >= 0:",
         "if dirtying and flags[a] == 0:",
         "stale index (dirty flags)",
