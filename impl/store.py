@@ -4,7 +4,10 @@ Same public calls, arguments, return values, errors and :class:`Snapshot` as the
 model (:mod:`pagedstate.models.reference`); where SPEC section G differs from ATOM's module,
 this store follows G. Every record, restore, lease and offload operation moves only through
 ``Table.step`` of :mod:`pagedstate.spec.tables`, and the row's effects (phase, pin delta,
-index, units) are applied by one function, :meth:`_apply`.
+index, units) are applied by one function, :meth:`_apply`, with one exception: a store on
+the production pool (``_begin_fast``) applies the effects of its two rows (the LRU victims'
+evict, the begin) inline, and the module checks at import that those rows are the ones it
+applies (``_FAST_ROWS``; otherwise every store takes ``_apply``).
 
 Guards and arithmetic are pure helpers of :mod:`pagedstate.spec` that ``make contracts``
 checks with CrossHair (their contracts, and ``crosshair diffbehavior`` against the
