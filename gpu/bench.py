@@ -36,7 +36,7 @@ geometries, batches 1 and 2, no device timing): a test that the benchmark runs, 
 measurement. Without CUDA and without ``--smoke`` it prints that it needs a GPU and exits 0.
 
 Usage: ``python -m pagedstate.gpu.bench [--models ...] [--batches 1,8,64,256]
-[--variants 512:4:4:for,...] [--smoke] [--out docs/gpu-benchmarks.md] [--json FILE]``.
+[--variants 512:4:4:for[:N],...] [--smoke] [--out docs/gpu-benchmarks.md] [--json FILE]``.
 """
 
 from __future__ import annotations
@@ -69,7 +69,10 @@ DEFAULT_MODELS = (
 )
 DEFAULT_BATCHES = (1, 8, 64, 256)
 #: (block, rows_per_program, num_warps, loop) of the Triton kernel; loop: "while" or "for".
-DEFAULT_VARIANTS = ((512, 4, 4, "for"),)
+#: A Triton variant: block, rows per program, warps, loop ("for" or "while"), and the
+#: executor's ``host_read_ints`` (None: its default).
+Variant = tuple[int, int, int, str, int | None]
+DEFAULT_VARIANTS: tuple[Variant, ...] = ((512, 4, 4, "for", None),)
 TARGET_RATIO = 0.90
 _MARK_BEGIN = "<!-- bench-gpu:begin -->"
 _MARK_END = "<!-- bench-gpu:end -->"
@@ -352,7 +355,7 @@ def _scheduler_passes(
 def run(
     models: Sequence[str] = DEFAULT_MODELS,
     batches: Sequence[int] = DEFAULT_BATCHES,
-    variants: Sequence[tuple[int, int, int, str]] = DEFAULT_VARIANTS,
+    variants: Sequence[Variant] = DEFAULT_VARIANTS,
     block_tokens: int = 16,
     reps: int = 10,
     warmup: int = 3,
@@ -432,7 +435,7 @@ def run(
                 "executors": [],
             }
             execs: list[tuple[str, Any]] = []
-            for block, rows, warps, loop in variants:
+            for block, rows, warps, loop, host_read in variants:
                 ex = TritonCopyExecutor(
                     t,
                     batch,
@@ -441,7 +444,11 @@ def run(
                     num_warps=warps,
                     for_loop=loop == "for" and cuda,
                 )
-                execs.append((f"triton block={block} rows={rows} warps={warps} {loop}", ex))
+                label = f"triton block={block} rows={rows} warps={warps} {loop}"
+                if host_read is not None:
+                    ex.host_read_ints = host_read
+                    label += f" host-read<={host_read}"
+                execs.append((label, ex))
             if torch_baseline:
                 execs.append(("torch", TorchCopyExecutor(t, batch)))
             row["spans_per_image"] = execs[0][1].plan.num_spans
@@ -696,11 +703,16 @@ def _write(out: Path, section: str) -> None:
     out.write_text(text, encoding="utf-8")
 
 
-def _variant(text: str) -> tuple[int, int, int, str]:
-    a, b, c, d = text.split(":")
+def _variant(text: str) -> Variant:
+    parts = text.split(":")
+    if len(parts) not in (4, 5):
+        raise argparse.ArgumentTypeError(
+            f"a variant is block:rows:warps:loop[:host_read_ints], got {text!r}"
+        )
+    a, b, c, d = parts[:4]
     if d not in ("while", "for"):
         raise argparse.ArgumentTypeError(f"loop must be while or for, got {d!r}")
-    return int(a), int(b), int(c), d
+    return int(a), int(b), int(c), d, int(parts[4]) if len(parts) == 5 else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -711,9 +723,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--batches", default=None, help="comma-separated (default 1,8,64,256)")
     ap.add_argument(
         "--variants",
-        default=",".join(":".join(map(str, v)) for v in DEFAULT_VARIANTS),
-        help="Triton kernel variants block:rows_per_program:num_warps:loop (loop: while or for),"
-        " comma-separated",
+        default=",".join(":".join(str(x) for x in v if x is not None) for v in DEFAULT_VARIANTS),
+        help="Triton kernel variants block:rows_per_program:num_warps:loop[:host_read_ints]"
+        " (loop: while or for; host_read_ints: uploads of at most that many integers read"
+        " from host memory, 0 for none; default the executor's), comma-separated",
     )
     ap.add_argument("--block-tokens", type=int, default=16)
     ap.add_argument("--reps", type=int, default=None, help="timed repetitions (default 10)")

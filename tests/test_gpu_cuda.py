@@ -372,3 +372,94 @@ def test_direct_launches_copy_what_the_jit_dispatch_copies() -> None:
     torch.cuda.synchronize()
     assert direct._runners and not jit._runners  # the two paths were taken
     assert _same(t, twin)
+
+
+def _mixed_step(layout: Any, rng: Any, step: int, units_total: int) -> list[CheckpointStoreOp]:
+    """Step ``step``'s stores: one to three images, one run each on even steps (an upload
+    of a few integers) and shuffled units on odd ones (hundreds of integers)."""
+    u = layout.units_per_checkpoint
+    k = 1 + step % 3
+    if step % 2:
+        units = rng.permutation(units_total)[: k * u].reshape(k, u)
+    else:
+        first = rng.permutation(units_total // u)[:k]
+        units = np.stack([np.arange(f * u, (f + 1) * u) for f in first])
+    return _ops(layout, list(range(k)), units)
+
+
+def test_host_read_uploads_copy_what_device_uploads_copy() -> None:
+    """Small uploads read from pinned host memory (``host_read_ints``), every upload read
+    so, and none: the same bytes, batch after batch, with upload sizes on both sides of
+    the threshold and buffers reused in turn."""
+    layout = load_geometry("Qwen3-Next").layout(16)
+    u = layout.units_per_checkpoint
+    t = StateTensors(layout, 4, 12 * u, "cuda")
+    _scramble(t)
+    twins = [_twin(t), _twin(t)]
+    auto = TritonCopyExecutor(t, 8)
+    every = TritonCopyExecutor(twins[0], 8)
+    every.host_read_ints = 1 << 30
+    never = TritonCopyExecutor(twins[1], 8)
+    never.host_read_ints = 0
+    rng = np.random.default_rng(5)
+    for step in range(10):
+        stores = _mixed_step(layout, rng, step, 12 * u)
+        for ex in (auto, every, never):
+            ex.execute(stores)
+        for x in (*t.slot_tensors, *twins[0].slot_tensors, *twins[1].slot_tensors):
+            x.view(torch.uint8).add_(1)
+    torch.cuda.synchronize()
+    assert 0 < auto.host_read_batches < auto.batches  # both paths ran on auto
+    assert every.host_read_batches == every.batches and never.host_read_batches == 0
+    assert _same(t, twins[0]) and _same(t, twins[1])
+
+
+class _NoWait:
+    """An event whose host wait is skipped (a planted bug: the host rewrites a staging
+    buffer that a queued kernel has yet to read)."""
+
+    def __init__(self, event: Any) -> None:
+        self.event = event
+
+    def record(self, stream: Any = None) -> None:
+        self.event.record(stream)
+
+    def synchronize(self) -> None:
+        pass
+
+
+def _host_read_race(planted: bool) -> bool:
+    """Three one-image batches queued behind a long sleep kernel, so the host stages the
+    third (into the first's staging buffer) before the first kernel runs: whether the
+    bytes match those of an executor that copies every upload to the device."""
+    layout = load_geometry("Qwen3-Next").layout(16)
+    u = layout.units_per_checkpoint
+    t = StateTensors(layout, 4, 12 * u, "cuda")
+    _scramble(t)
+    twin = _twin(t)
+    ex = TritonCopyExecutor(t, 8)
+    ex.host_read_ints = 1 << 30
+    ref = TritonCopyExecutor(twin, 8)
+    ref.host_read_ints = 0
+    warm = _ops(layout, [3], np.arange(11 * u, 12 * u)[None, :])
+    ex.execute(warm)  # compiles
+    ref.execute(warm)
+    torch.cuda.synchronize()
+    if planted:
+        ex._kernel_done = [_NoWait(e) for e in ex._kernel_done]
+    batches = [_ops(layout, [k], np.arange(k * u, (k + 1) * u)[None, :]) for k in range(3)]
+    torch.cuda._sleep(2_000_000_000)  # about a second of a busy stream
+    for stores in batches:
+        ex.execute(stores)
+    for stores in batches:
+        ref.execute(stores)
+    torch.cuda.synchronize()
+    return _same(t, twin)
+
+
+def test_host_read_waits_for_the_kernel_that_read_its_staging_buffer() -> None:
+    """The host waits, before rewriting a staging buffer the kernel reads from host memory,
+    for the kernel that read it; with the wait planted out, the third batch's integers
+    overwrite the first's before its kernel reads them, and the bytes differ."""
+    assert _host_read_race(planted=False)
+    assert not _host_read_race(planted=True)
