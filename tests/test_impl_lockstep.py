@@ -14,7 +14,9 @@ model (pagedstate.models.reference).
    a guard cannot be replayed this way; :data:`NOT_REPLAYED` lists them with the reason,
    and the production store's version of each is tested below.
 2. **Random lockstep runs.** ``random.Random(seed)`` drives both coordinators (same
-   sequence objects, same clock, same completion tokens) through a few thousand calls over
+   sequence objects, same clock; each its own completion token of a pair set done
+   together, :class:`TokenPair`, so that one store's ``synchronize()`` cannot settle the
+   other's batches) through a few thousand calls over
    a small configuration, bad inputs included, comparing every return value and snapshot
    after every call and checking the state and step invariants. The overlap calls (SPEC
    D.13) are part of it: drains with forward ids (skipping some, so that boundaries are
@@ -38,6 +40,7 @@ import test_scenarios_f
 import test_scenarios_s
 import test_section_g
 from conftest import FakeClock, FakeOffload, Seq, spec
+from plant_helpers import plant
 
 from pagedstate import impl as I
 from pagedstate.models import reference as R
@@ -508,6 +511,35 @@ class _Tier:
         return {"loads": 1}
 
 
+class TokenPair:
+    """One completion token of the driver, as two :class:`ManualCompletion` tokens: the
+    reference's and the production store's (``sides``). Each store gets its own, so the
+    reference's ``synchronize()`` (which marks its token done) cannot settle the production
+    store's batches for it; :meth:`set` marks both done."""
+
+    def __init__(self, done: bool = False) -> None:
+        self.sides = (ManualCompletion(done), ManualCompletion(done))
+
+    def set(self) -> None:
+        for token in self.sides:
+            token.set()
+
+    def __repr__(self) -> str:
+        return f"TokenPair({self.sides[0].done}, {self.sides[1].done})"
+
+
+def _side_args(
+    args: tuple[Any, ...], kwargs: dict[str, Any], side: int
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``args`` and ``kwargs`` for side 0 (reference) or 1 (production): each
+    :class:`TokenPair` replaced by that side's token."""
+
+    def one(a: Any) -> Any:
+        return a.sides[side] if isinstance(a, TokenPair) else a
+
+    return tuple(one(a) for a in args), {k: one(v) for k, v in kwargs.items()}
+
+
 class Lockstep:
     """Two coordinators (reference, production) over equal pools, driven together."""
 
@@ -542,7 +574,7 @@ class Lockstep:
         self.owners: list[Any] = []
         self.res: list[tuple[int, int, int]] = []
         self.kv: dict[int, list[int]] = {}
-        self.tokens: list[ManualCompletion] = []
+        self.tokens: list[TokenPair] = []
         self.next_owner = 0
         self.calls = 0
 
@@ -555,7 +587,10 @@ class Lockstep:
             objs.append({"c": c, "s": c.store, "p": c.pool}[target])
         before = self.r.snapshot()
         before_i = self.i.snapshot()
-        out = [_outcome(getattr(o, name), args, kwargs) for o in objs]
+        out = [
+            _outcome(getattr(o, name), *_side_args(args, kwargs, side))
+            for side, o in enumerate(objs)
+        ]
         (rk, rv), (ik, iv) = out
         where = f"{target}.{name}{args}{kwargs or ''}"
         assert rk == ik, f"{where}: reference {rk} {rv!r}, production {ik} {iv!r}"
@@ -601,11 +636,11 @@ class Lockstep:
             return self.i.next_forward + self.rng.randrange(2)
         return max(0, (last or 0) - 1)
 
-    def _token(self) -> ManualCompletion | None:
-        """A completion token for a completion: none, a fresh one (sometimes done at once)."""
+    def _token(self) -> TokenPair | None:
+        """A completion token for a completion: none, a fresh pair (sometimes done at once)."""
         if self.rng.random() < 0.4:
             return None
-        token = ManualCompletion(done=self.rng.random() < 0.2)
+        token = TokenPair(done=self.rng.random() < 0.2)
         self.tokens.append(token)
         return token
 
@@ -924,3 +959,24 @@ def test_impl_imports_only_the_spec() -> None:
             for mod in mods:
                 if mod.startswith("pagedstate"):
                     assert mod.startswith("pagedstate.spec"), f"{name} imports {mod}"
+
+
+def test_each_store_gets_its_own_completion_token() -> None:
+    """A production settle that synchronizes only the oldest outstanding token on
+    ``wait=True`` (a planted bug) is caught by the random lockstep: with one token object
+    shared by both stores the reference's ``synchronize()`` would mark the production
+    store's tokens done first and hide it."""
+    for seed in range(60):
+        ls = Lockstep(random.Random(seed))
+        plant(
+            ls.i.store,
+            "settle_completions",
+            "for token, _cids in list(self._completions):",
+            "for token, _cids in self._completions[:1]:",
+        )
+        try:
+            for _ in range(600):
+                ls.step()
+        except AssertionError:
+            return
+    raise AssertionError("the planted settle bug was not caught")
