@@ -1081,3 +1081,59 @@ def test_reset_leaves_no_dependents() -> None:
     assert tier.is_idle() and tier.reset() is True
     assert tier.units_held() == {"free": 64, "kv_pages": 0, "images": 0}
     assert tier._dependents == {}, tier._dependents
+
+
+#: The passes of a program the adversary found (2026-12-04): a boundary filed while one of
+#: its prefix's KV pages was served by vLLM's own cache (not held by the tier), the page
+#: saved into the tier later and then evicted: its image must go with it (SPEC A.4).
+_LATE_PAGE_PASSES: tuple[tuple[list[tuple[int, ...]], int | None, int], ...] = (
+    ([], None, 0),
+    ([(0, 0, 0, 0, 0, 0), (0, 0, 0, 0, 2, 0)], None, 0),
+    ([], None, 0),
+    ([], None, 0),
+    ([(0, 1, 2, 0, 0, 0), (0, 0, 1, 0, 1, 1)], None, 0),
+    ([], None, 0),
+    ([], None, 0),
+    ([], None, 0),
+    ([], 0, 1),
+    ([(0, 0, 0, 0, 0, 1)], None, 0),
+    ([], None, 0),
+)
+
+
+def _late_page_program(planted: bool) -> None:
+    state = machine()()
+    state.setup(num_units=12, num_slots=1, hash_tokens=4, attention_first=False, null_blocks=False)
+    if planted:  # the tier as it was: dependents recorded only on pages it held then
+        plant(
+            state.tier,
+            "plan_step",
+            # (the method's source, dedented by one level)
+            "                        self._depends(hj, h_n)\n"
+            "                        if hj in pages:\n",
+            "                        if hj in pages:\n"
+            "                            self._depends(hj, h_n)\n",
+        )
+    for arrivals, victim, first in _LATE_PAGE_PASSES:
+        admissions = [(first, "admit", True, 0)] + [(0, "admit", True, 0)] * 4
+        state.tier_consistent()
+        state.vllm_pass(
+            abort=None,
+            admissions=admissions,
+            aligned=True,
+            arrivals=arrivals,
+            late=0,
+            v=0,
+            victim=victim,
+        )
+    state.tier_consistent()
+    state.teardown()
+
+
+def test_a_page_saved_after_its_boundary_still_takes_the_image_with_it() -> None:
+    """The adversary's program of a KV page that entered the tier after a boundary of its
+    prefix was filed: evicting the page unindexes the image; the tier that recorded
+    dependents only on the pages it held at the boundary leaves the image behind."""
+    _late_page_program(planted=False)
+    with pytest.raises(AssertionError, match="survived the eviction"):
+        _late_page_program(planted=True)

@@ -160,6 +160,7 @@ class PrefixTier:
         # KV page hash -> the image hashes whose prefix runs through it (insertion order)
         self._dependents: dict[int, dict[int, None]] = {}
         self._dep_caps: dict[int, int] = {}  # the size at which a list is pruned next
+        self._dep_keys_cap = 64  # the number of pages at which the map is pruned next
         self._tokens: dict[int, ManualCompletion] = {}
         self._last_token: ManualCompletion | None = None
         self._pass_open = False
@@ -350,21 +351,35 @@ class PrefixTier:
         return False
 
     def _depends(self, page: int, image: int) -> None:
-        """Record that ``image``'s prefix runs through KV page ``page``. Entries of images
-        the store no longer holds are pruned once the page's list has doubled since its
-        last pruning, so each list stays within twice its live images plus 8 (amortized
-        O(1) per call)."""
+        """Record that ``image``'s prefix runs through KV page ``page`` (held by the tier or
+        not yet: a page vLLM's cache served may be saved later). Entries of images the store
+        no longer holds are pruned once the page's list has doubled since its last pruning,
+        so each list stays within twice its live images plus 8; pages the tier does not
+        hold whose images are all gone are dropped once the map has doubled since its last
+        pruning (at least 64 pages). Amortized O(1) per call."""
         deps = self._dependents.setdefault(page, {})
         deps[image] = None
         if len(deps) > self._dep_caps.get(page, 8):
-            coord = self.coordinator
-            live = {
-                h: None
-                for h in deps
-                if coord.store.contains_or_pending(h) or h in coord._pending_by_hash
-            }
+            live = {h: None for h in deps if self._holds(h)}
             self._dependents[page] = live
             self._dep_caps[page] = max(8, 2 * len(live))
+        if len(self._dependents) > self._dep_keys_cap:
+            # pages the tier does not hold whose images are all gone are forgotten; once
+            # the map has doubled since the last time (amortized O(1) per call)
+            kept = {
+                pg: images
+                for pg, images in self._dependents.items()
+                if pg in self._pages or any(self._holds(h) for h in images)
+            }
+            self._dependents = kept
+            for pg in [pg for pg in self._dep_caps if pg not in kept]:
+                del self._dep_caps[pg]
+            self._dep_keys_cap = max(64, 2 * len(kept))
+
+    def _holds(self, image: int) -> bool:
+        """Whether the coordinator still holds ``image`` (READY, in flight or pending)."""
+        coord = self.coordinator
+        return coord.store.contains_or_pending(image) or image in coord._pending_by_hash
 
     def _make_room(self, count: int) -> bool:
         """At least ``count`` free units, evicting least recently used KV pages (with the
@@ -460,8 +475,11 @@ class PrefixTier:
                             filed.add(h_n)  # the drain will try to store it (once)
                         pages = self._pages
                         for hj in seq.hashes[:n]:
-                            if hj in pages:  # a page vLLM's own cache served has no eviction
-                                self._depends(hj, h_n)
+                            # every page of the prefix, held by the tier or not: a page
+                            # vLLM's own cache served may be saved into the tier later, and
+                            # its eviction must still take this image with it (SPEC A.4)
+                            self._depends(hj, h_n)
+                            if hj in pages:
                                 pages.move_to_end(hj)  # the whole prefix is recently used
                         slot_blocks[seq.state_slot] = state
                         seq.last_store_step = self.step
