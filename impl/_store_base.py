@@ -25,7 +25,9 @@ from .pool import UnitPool
 
 #: Where row hits are recorded: a set of ``(machine, row index)``.
 RowSink = set[tuple[str, int]]
-#: ``on_transition(machine, row, subject)``: called after each applied table row.
+#: ``on_transition(machine, row, subject)``: called after each applied table row (its
+#: effects done, and a begun store already in flight). The store is in the middle of a
+#: call: the hook must neither raise nor call the store (the event log only records).
 TransitionHook = Callable[[str, Row, object], None]
 
 

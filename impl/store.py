@@ -584,8 +584,9 @@ class PageUnitCheckpointStore(_Restores, _Offload, _Completions, _Views):
             # equivalent mutants: the row sets the phase
             rec = _Record(prefix_hash, runs, _ABSENT, settled=False)  # pragma: no mutate
             self.records[cid] = rec
-            self._apply(cid, rec, _BEGIN_STORE)
+            # in flight before the row's hook runs (every path: the hook sees one state)
             self._inflight_stores.append(cid)
+            self._apply(cid, rec, _BEGIN_STORE)
         else:
             begun = self._begin_deferred(prefix_hash, cid, pool)
             if begun is None:
@@ -688,8 +689,9 @@ class PageUnitCheckpointStore(_Restores, _Offload, _Completions, _Views):
             # equivalent mutants: the row sets the phase
             rec = _Record(prefix_hash, runs, _ABSENT, settled=False)  # pragma: no mutate
             self.records[cid] = rec
-            self._apply(cid, rec, _BEGIN_STORE)
+            # in flight before the row's hook runs (every path: the hook sees one state)
             self._inflight_stores.append(cid)
+            self._apply(cid, rec, _BEGIN_STORE)
         return runs
 
     # -- index changes --------------------------------------------------------------------
