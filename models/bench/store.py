@@ -122,12 +122,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--trace", type=_trace_file, default=d.trace, help="Mooncake-format jsonl trace"
     )
     ap.add_argument("--requests", type=pos, default=None, help=f"trace prefix ({d.requests})")
-    ap.add_argument("--concurrency", type=_positive_ints, default=None, help="e.g. 64,256,1024")
     ap.add_argument(
-        "--records", type=_positive_ints, default=None, help="live records, production (, none)"
+        "--concurrency",
+        type=_positive_ints,
+        default=None,
+        help=f"running-request levels, comma-separated ({','.join(map(str, d.concurrency))})",
     )
     ap.add_argument(
-        "--ref-records", type=_positive_ints, default=None, help="live records, reference"
+        "--records",
+        type=_positive_ints,
+        default=None,
+        help="live-record levels of the production runs, comma-separated; ',' for none"
+        f" ({','.join(map(str, d.records))})",
+    )
+    ap.add_argument(
+        "--ref-records",
+        type=_positive_ints,
+        default=None,
+        help=f"live-record levels of the reference runs ({','.join(map(str, d.ref_records))})",
     )
     ap.add_argument(
         "--units-per-slot",
@@ -149,9 +161,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"pool units per slot in the live-records runs ({d.records_units_per_slot})",
     )
     ap.add_argument(
-        "--records-concurrency", type=pos, default=None, help=f"({d.records_concurrency})"
+        "--records-concurrency",
+        type=pos,
+        default=None,
+        help=f"running requests in the live-records runs ({d.records_concurrency})",
     )
-    ap.add_argument("--chunk-blocks", type=pos, default=d.chunk_blocks)
+    ap.add_argument(
+        "--chunk-blocks",
+        type=pos,
+        default=d.chunk_blocks,
+        help="KV blocks a request in prefill computes per pass (chunked prefill; %(default)s)",
+    )
     ap.add_argument(
         "--repeat", type=pos, default=None, help=f"replays per production run ({d.repeat})"
     )
