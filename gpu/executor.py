@@ -323,6 +323,63 @@ def _fast_batch(
     return _numpy_batch(key[2], runs_of, slots, len(stores), scrub, num_slots, num_blocks)
 
 
+def _one_op_batch(
+    key: tuple[str, int, int],
+    stores: Sequence[Any],
+    restores: Sequence[Any],
+    num_slots: int,
+    num_blocks: int,
+) -> CheckedBatch | None:
+    """:func:`_fast_batch` for a batch of one op and no scrub (a batch of one image, an
+    engine's most common small batch), in one pass over its runs; None when anything is
+    off or unusual (the general path then decides, and names the problem). The same
+    checks and the same :attr:`CheckedBatch.packed` as the general path (a test holds
+    the two to it): the op is exactly a store / restore op of this layout and image size,
+    its slot an int in range, its runs ints ``first >= 0``, ``count >= 1``, inside the
+    pool, summing to the image's units and pairwise disjoint (nothing else in the batch
+    to race with). O(runs)."""
+    lid, img, u = key
+    cls: type[CheckpointStoreOp] | type[CheckpointRestoreOp]
+    if stores:
+        op, cls, s = stores[0], CheckpointStoreOp, 1
+    else:
+        op, cls, s = restores[0], CheckpointRestoreOp, 0
+    if (
+        type(op) is not cls
+        or op.layout_id != lid
+        or type(op.total_bytes) is not int
+        or op.total_bytes != img
+    ):
+        return None
+    runs = op._runs
+    slot = op._slot
+    if type(runs) is not tuple or type(slot) is not int or not 0 <= slot < num_slots:
+        return None
+    firsts: list[int] = []
+    pieces: list[int] = []
+    counts: list[int] = []
+    piece = 0
+    for r in runs:
+        if type(r) is not tuple or len(r) != 2:
+            return None
+        f, c = r
+        if type(f) is not int or type(c) is not int or f < 0 or c < 1 or f + c > num_blocks:
+            return None
+        firsts.append(f)
+        pieces.append(piece)
+        counts.append(c)
+        piece += c
+    if piece != u:
+        return None
+    m = len(firsts)
+    if m > 1:  # the op's own runs must not overlap (a unit named twice)
+        own = sorted(zip(firsts, counts, strict=True))
+        if any(b[0] < a[0] + a[1] for a, b in zip(own, own[1:], strict=False)):
+            return None
+    packed = np.array([1, s, 0, m, slot, 0, m, *firsts, *pieces, *counts], dtype=np.int64)
+    return CheckedBatch.of_packed(packed, u)
+
+
 def _small_batch(
     u: int,
     runs_of: list[Any],
@@ -538,6 +595,16 @@ def _validate(
     max_ops: int | None,
 ) -> CheckedBatch:
     """:func:`validate_batch` with the layout's numbers given (:func:`_layout_key`)."""
+    if (
+        type(scrub_units) is tuple
+        and not scrub_units
+        and type(stores) in (list, tuple)
+        and type(restores) in (list, tuple)
+        and len(stores) + len(restores) == 1
+    ):
+        one = _one_op_batch(key, stores, restores, num_slots, num_blocks)
+        if one is not None:
+            return one
     try:
         stores, restores = list(stores), list(restores)
     except TypeError:

@@ -78,6 +78,10 @@ try:  # pragma: no cover - depends on the environment
     _HAVE_TRITON = True
 except ImportError:  # pragma: no cover
     _HAVE_TRITON = False
+try:  # pragma: no cover - Triton 3.4 and later: the launch hooks the raw launch respects
+    from triton import knobs as _knobs
+except ImportError:  # pragma: no cover
+    _knobs = None
 
 
 def triton_available() -> bool:
@@ -351,7 +355,9 @@ class TritonCopyExecutor(CopyExecutorBase):
         #: Batches whose upload the kernel read from host memory (the rest were copied).
         self.host_read_batches = 0
         self._constants: tuple[Any, ...] = ()
-        self._runners: dict[int, Any] = {}
+        # grid -> (compiled kernel, its launcher for that grid)
+        self._runners: dict[int, tuple[Any, Any]] = {}
+        self._raw_stream = 0  # the raw handle of the last compute stream looked up
         everything = tensors.all_tensors()
         base = min(everything, key=lambda x: x.data_ptr())
         self._base_addr = int(base.data_ptr())
@@ -494,16 +500,44 @@ class TritonCopyExecutor(CopyExecutorBase):
         rows = self.rows_per_program
         return copies * self._programs_per_copy + -(-(scrub_units * len(self._scrub_len)) // rows)
 
-    def _launch(self, dev: Any, programs: int) -> None:
+    def _launch(self, dev: Any, programs: int, stream: int | None = None) -> None:
         """One launch of ``programs`` programs over the upload in ``dev`` (a device int64
         buffer holding :meth:`_stage_batch`'s integers). Programs past the upload's copies
         and scrubs exit without touching memory, so any grid from :meth:`programs` up to
         the capacity's copies the same bytes. The first launch goes through Triton's JIT
         dispatch (it compiles); with :attr:`direct_launch` the later ones call the compiled
-        kernel's launcher for the grid (one launcher a grid size, kept)."""
-        runner = self._runners.get(programs) if self.direct_launch else None
-        if runner is not None:
-            runner(self._base, dev, self._span_tab, self._scrub_tab, *self._constants)
+        kernel's launcher for the grid (one launcher a grid size, kept); given the raw
+        ``stream`` handle and no launch hook set (``triton.knobs.runtime``), the compiled
+        kernel's ``run`` itself, without the launcher's per-call lookups (the stream, the
+        hooks' metadata)."""
+        got = self._runners.get(programs) if self.direct_launch else None
+        if got is not None:
+            compiled, runner = got
+            rt = _knobs.runtime if _knobs is not None else None
+            if (
+                stream is not None
+                and rt is not None
+                and rt.launch_enter_hook is None
+                and rt.launch_exit_hook is None
+            ):
+                compiled.run(
+                    programs,
+                    1,
+                    1,
+                    stream,
+                    compiled.function,
+                    compiled.packed_metadata,
+                    None,
+                    None,
+                    None,
+                    self._base,
+                    dev,
+                    self._span_tab,
+                    self._scrub_tab,
+                    *self._constants,
+                )
+            else:
+                runner(self._base, dev, self._span_tab, self._scrub_tab, *self._constants)
             return
         compiled = _copy_runs_kernel[(programs,)](
             self._base,
@@ -535,7 +569,7 @@ class TritonCopyExecutor(CopyExecutorBase):
             )
             if len(self._runners) >= 64:  # pragma: no mutate (any bound keeps it small)
                 self._runners.clear()
-            self._runners[programs] = compiled[(programs, 1, 1)]
+            self._runners[programs] = (compiled, compiled[(programs, 1, 1)])
 
     def _views_of(self, i: int, used: int) -> tuple[Any, Any]:
         """Buffer ``i``'s device and staging views holding at least ``used`` integers (a
@@ -550,6 +584,7 @@ class TritonCopyExecutor(CopyExecutorBase):
         """The current stream of this executor's device (cached by its raw handle)."""
         torch = _torch()
         raw = torch._C._cuda_getCurrentRawStream(self._dev_index)
+        self._raw_stream = raw
         got = self._streams.get(raw)
         if got is None:
             got = torch.cuda.current_stream(self._dev_index)
@@ -598,7 +633,7 @@ class TritonCopyExecutor(CopyExecutorBase):
                 torch.cuda._sleep(self.hold_cycles)
             start = torch.cuda.Event(enable_timing=True)
             start.record(compute)
-        self._launch(buf, self.programs(batch.copies, len(batch.scrub_units)))
+        self._launch(buf, self.programs(batch.copies, len(batch.scrub_units)), self._raw_stream)
         self._kernel_done[i].record(compute)
         self._done_pending[i] = True
         if timed:

@@ -463,3 +463,32 @@ def test_host_read_waits_for_the_kernel_that_read_its_staging_buffer() -> None:
     overwrite the first's before its kernel reads them, and the bytes differ."""
     assert _host_read_race(planted=False)
     assert not _host_read_race(planted=True)
+
+
+def test_a_launch_hook_set_sends_launches_through_the_launcher() -> None:
+    """With no launch hook the executor calls the compiled kernel's ``run`` itself; with
+    ``triton.knobs.runtime.launch_enter_hook`` set (a profiler's) every launch goes through
+    Triton's launcher, which calls the hook: the same bytes either way."""
+    knobs = pytest.importorskip("triton").knobs
+    layout = load_geometry("Qwen3-Next").layout(16)
+    u = layout.units_per_checkpoint
+    t = StateTensors(layout, 4, 12 * u, "cuda")
+    _scramble(t)
+    twin = _twin(t)
+    raw = TritonCopyExecutor(t, 8)
+    hooked = TritonCopyExecutor(twin, 8)
+    rng = np.random.default_rng(9)
+    seen: list[Any] = []
+    for step in range(6):
+        stores = _mixed_step(layout, rng, step, 12 * u)
+        raw.execute(stores)
+        knobs.runtime.launch_enter_hook = seen.append
+        try:
+            hooked.execute(stores)
+        finally:
+            knobs.runtime.launch_enter_hook = None
+        for x in (*t.slot_tensors, *twin.slot_tensors):
+            x.view(torch.uint8).add_(1)
+    torch.cuda.synchronize()
+    assert len(seen) >= 5  # the first launch of each grid compiles through the JIT
+    assert _same(t, twin)

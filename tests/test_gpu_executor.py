@@ -18,6 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import numpy as np  # noqa: E402
 from gpu_helpers import (  # noqa: E402 - after the torch check
     executor_names,
     fill_random,
@@ -29,9 +30,19 @@ from gpu_helpers import (  # noqa: E402 - after the torch check
     tiny_layout,
     triton_interpreted,
 )
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from plant_helpers import edited_method  # noqa: E402
 
 from pagedstate.gpu import StateTensors  # noqa: E402
-from pagedstate.gpu.executor import free_dirty_units, validate_batch  # noqa: E402
+from pagedstate.gpu import executor as executor_module  # noqa: E402
+from pagedstate.gpu.executor import (  # noqa: E402
+    _fast_batch,
+    _layout_key,
+    _one_op_batch,
+    free_dirty_units,
+    validate_batch,
+)
 from pagedstate.gpu.geometry import CheckpointLayout  # noqa: E402
 from pagedstate.impl import PageUnitCheckpointStore, UnitPool  # noqa: E402
 from pagedstate.spec.errors import (  # noqa: E402
@@ -40,6 +51,7 @@ from pagedstate.spec.errors import (  # noqa: E402
     CopyOpError,
     InvalidArgumentError,
 )
+from pagedstate.spec.ops import unit_runs  # noqa: E402
 from pagedstate.spec.types import CheckpointRestoreOp, CheckpointStoreOp  # noqa: E402
 
 EXECUTORS = executor_names()
@@ -454,3 +466,75 @@ def test_validate_batch_returns_arrays_in_op_order() -> None:
     assert b.store_slots.tolist() == [2] and b.store_units.tolist() == [[5, 1, 3]]
     assert b.restore_slots.tolist() == [0] and b.restore_units.tolist() == [[7, 6, 4]]
     assert b.scrub_units.tolist() == [8, 9] and b.copies == 2
+
+
+# -- the one-op validation path --------------------------------------------------------------
+
+_ONE_LAYOUT = small_layout()  # 5 units per image
+
+
+@st.composite
+def _one_op(draw: Any) -> tuple[list[Any], list[Any]]:
+    """One store or restore op: an image's units drawn as distinct ids in a random order
+    (their maximal runs), then at times one corruption: a run moved by one (it may overlap
+    another or leave the pool), a count off by one, a run named twice, a bad slot."""
+    layout = _ONE_LAYOUT
+    u = layout.units_per_checkpoint
+    ids = draw(st.permutations(range(BLOCKS)))[:u]
+    runs = list(unit_runs(tuple(ids)))
+    slot: Any = draw(st.integers(0, SLOTS - 1))
+    corrupt = draw(st.sampled_from(["none", "none", "move", "count", "twice", "slot"]))
+    k = draw(st.integers(0, len(runs) - 1))
+    if corrupt == "move":
+        f, c = runs[k]
+        runs[k] = (f + draw(st.sampled_from([-1, 1])), c)
+    elif corrupt == "count":
+        f, c = runs[k]
+        runs[k] = (f, c + draw(st.sampled_from([-1, 1])))
+    elif corrupt == "twice":
+        runs.append(runs[k])
+    elif corrupt == "slot":
+        slot = draw(st.sampled_from([SLOTS, -1, True]))
+    cls = draw(st.sampled_from([CheckpointStoreOp, CheckpointRestoreOp]))
+    op = cls._of_runs(slot, tuple(runs), layout.image_bytes, layout.layout_id)
+    return ([op], []) if cls is CheckpointStoreOp else ([], [op])
+
+
+def _agrees(one_op: Any, stores: list[Any], restores: list[Any]) -> bool:
+    """The one-op path accepts only what the general path accepts, with the same packed
+    integers."""
+    key = _layout_key(_ONE_LAYOUT)
+    one = one_op(key, stores, restores, SLOTS, BLOCKS)
+    general = _fast_batch(key, stores, restores, [], SLOTS, BLOCKS)
+    if one is None:
+        return True
+    return general is not None and np.array_equal(one.packed, general.packed)
+
+
+@given(_one_op())
+def test_the_one_op_path_checks_what_the_general_path_checks(ops: Any) -> None:
+    """A batch of one op and no scrub takes :func:`_one_op_batch`; whatever it accepts the
+    general path accepts too, with the same :attr:`CheckedBatch.packed`."""
+    assert _agrees(_one_op_batch, *ops)
+
+
+def test_the_one_op_path_is_taken_and_refuses_a_unit_named_twice() -> None:
+    """A well-formed one-op batch is accepted by the one-op path; with its overlap test
+    planted out, a store naming a unit twice is accepted there and refused by the general
+    path (the property above would fail)."""
+    layout = _ONE_LAYOUT
+    good = CheckpointStoreOp._of_runs(1, ((3, 2), (9, 3)), layout.image_bytes, layout.layout_id)
+    key = _layout_key(layout)
+    assert _one_op_batch(key, [good], [], SLOTS, BLOCKS) is not None
+    assert np.array_equal(
+        validate_batch(layout, [good], [], num_slots=SLOTS, num_blocks=BLOCKS).packed,
+        _fast_batch(key, [good], [], [], SLOTS, BLOCKS).packed,  # type: ignore[union-attr]
+    )
+    twice = CheckpointStoreOp._of_runs(1, ((3, 3), (4, 2)), layout.image_bytes, layout.layout_id)
+    assert _agrees(_one_op_batch, [twice], [])
+    planted = edited_method(
+        executor_module, "_one_op_batch", "    if m > 1:  # the op's own", "    if False:  #"
+    )
+    assert not _agrees(planted, [twice], [])
+    with pytest.raises(CopyOpError):  # the per-op check names the unit named twice
+        validate_batch(layout, [twice], [], num_slots=SLOTS, num_blocks=BLOCKS)
