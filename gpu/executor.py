@@ -264,6 +264,19 @@ def _short(value: object, limit: int = 80) -> str:
 SMALL_BATCH = 96
 
 
+def _of_layout(
+    op: Any, cls: type[CheckpointStoreOp] | type[CheckpointRestoreOp], lid: str, img: int
+) -> bool:
+    """Whether ``op`` is exactly a ``cls`` op (no subclass) of layout ``lid`` copying
+    ``img`` bytes."""
+    return (
+        type(op) is cls
+        and op.layout_id == lid
+        and type(op.total_bytes) is int
+        and op.total_bytes == img
+    )
+
+
 def _gather(
     key: tuple[str, int, int], stores: list[Any], restores: list[Any]
 ) -> tuple[list[Any], list[Any]] | None:
@@ -275,12 +288,7 @@ def _gather(
     slots: list[Any] = []
     for ops, cls in ((stores, CheckpointStoreOp), (restores, CheckpointRestoreOp)):
         for op in ops:
-            if (
-                type(op) is not cls
-                or op.layout_id != lid
-                or type(op.total_bytes) is not int
-                or op.total_bytes != img
-            ):
+            if not _of_layout(op, cls, lid, img):
                 return None
             r = op._runs
             if r is None:
@@ -344,12 +352,7 @@ def _one_op_batch(
         op, cls, s = stores[0], CheckpointStoreOp, 1
     else:
         op, cls, s = restores[0], CheckpointRestoreOp, 0
-    if (
-        type(op) is not cls
-        or op.layout_id != lid
-        or type(op.total_bytes) is not int
-        or op.total_bytes != img
-    ):
+    if not _of_layout(op, cls, lid, img):
         return None
     runs = op._runs
     slot = op._slot

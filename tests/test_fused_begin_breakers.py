@@ -529,6 +529,17 @@ def test_a_callback_during_the_cached_reservation_sees_the_record_filed(reaction
     assert fast[-1] == []
 
 
+def _full_store() -> Any:
+    """A production store whose 9-unit pool is full of three READY 3-unit images (hashes
+    1, 2, 3, oldest first), with a row sink."""
+    store = I.PageUnitCheckpointStore(I.UnitPool(9), spec(10, 30))
+    for h in (1, 2, 3):
+        store.begin_store(h, 0)
+        store.complete_inflight()
+    store.row_sink = set()
+    return store
+
+
 def test_a_hook_that_raises_inside_the_eviction_loop_leaves_the_same_state() -> None:
     """``on_transition`` raising on the victim's evict row (a full pool): the fused loop
     stops where the general one stops (the victim's row applied and recorded, its units
@@ -536,11 +547,7 @@ def test_a_hook_that_raises_inside_the_eviction_loop_leaves_the_same_state() -> 
     consistent, and the next begin proceeds from there the same way."""
 
     def run(fast: bool) -> tuple[Any, ...]:
-        store = I.PageUnitCheckpointStore(I.UnitPool(9), spec(10, 30))
-        for h in (1, 2, 3):
-            store.begin_store(h, 0)
-            store.complete_inflight()
-        store.row_sink = set()
+        store = _full_store()
         seen: list[Any] = []
 
         def hook(m: str, row: T.Row, subj: object) -> None:
@@ -567,11 +574,7 @@ def test_a_reentrant_begin_from_an_evict_row_hook_matches_the_general_path() -> 
     up exactly as the general path does."""
 
     def run(fast: bool) -> tuple[Any, ...]:
-        store = I.PageUnitCheckpointStore(I.UnitPool(9), spec(10, 30))
-        for h in (1, 2, 3):
-            store.begin_store(h, 0)
-            store.complete_inflight()
-        store.row_sink = set()
+        store = _full_store()
         seen: list[Any] = []
 
         def hook(m: str, row: T.Row, subj: object) -> None:
