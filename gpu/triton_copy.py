@@ -62,8 +62,9 @@ import numpy as np
 
 from pagedstate.spec.errors import InvalidArgumentError
 
-from .executor import PACKED_HEADER, CheckedBatch, CopyExecutorBase
+from .executor import CopyExecutorBase
 from .tensors import StateTensors, _torch
+from .validation import PACKED_HEADER, CheckedBatch
 
 __all__ = ["TritonCopyExecutor", "interpreting", "triton_available", "DEFAULT_HOST_READ_INTS"]
 

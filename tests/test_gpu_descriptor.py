@@ -31,18 +31,18 @@ from gpu_helpers import fill_random, small_layout, snapshot, triton_interpreted 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from pagedstate.gpu import executor as executor_module  # noqa: E402
-from pagedstate.gpu.executor import (  # noqa: E402
-    CheckedBatch,
-    TorchCopyExecutor,
-    _layout_key,
-    _slow_batch,
-    validate_batch,
-)
+from pagedstate.gpu import validation as validation_module  # noqa: E402
+from pagedstate.gpu.executor import TorchCopyExecutor  # noqa: E402
 from pagedstate.gpu.geometry import CheckpointLayout, load_geometry  # noqa: E402
 from pagedstate.gpu.plan import write_descriptor  # noqa: E402
 from pagedstate.gpu.tensors import StateTensors  # noqa: E402
 from pagedstate.gpu.triton_copy import TritonCopyExecutor  # noqa: E402
+from pagedstate.gpu.validation import (  # noqa: E402
+    CheckedBatch,
+    _layout_key,
+    _slow_batch,
+    validate_batch,
+)
 from pagedstate.spec.errors import (  # noqa: E402
     BatchHazardError,
     CopyOpError,
@@ -407,8 +407,8 @@ def test_vectorized_and_per_op_checks_agree(batch: tuple[list[Any], list[Any], l
     except PagedStateError:
         slow_ok = False
     got = []
-    for small in (executor_module.SMALL_BATCH, 0):
-        with mock.patch.object(executor_module, "SMALL_BATCH", small):
+    for small in (validation_module.SMALL_BATCH, 0):
+        with mock.patch.object(validation_module, "SMALL_BATCH", small):
             try:
                 got.append(_validate(stores, restores, scrub))
             except PagedStateError:

@@ -35,15 +35,10 @@ from hypothesis import strategies as st  # noqa: E402
 from plant_helpers import edited_method  # noqa: E402
 
 from pagedstate.gpu import StateTensors  # noqa: E402
-from pagedstate.gpu import executor as executor_module  # noqa: E402
-from pagedstate.gpu.executor import (  # noqa: E402
-    _fast_batch,
-    _layout_key,
-    _one_op_batch,
-    free_dirty_units,
-    validate_batch,
-)
+from pagedstate.gpu import validation as validation_module  # noqa: E402
+from pagedstate.gpu.executor import free_dirty_units, validate_batch  # noqa: E402
 from pagedstate.gpu.geometry import CheckpointLayout  # noqa: E402
+from pagedstate.gpu.validation import _fast_batch, _layout_key, _one_op_batch  # noqa: E402
 from pagedstate.impl import PageUnitCheckpointStore, UnitPool  # noqa: E402
 from pagedstate.spec.errors import (  # noqa: E402
     BatchHazardError,
@@ -533,7 +528,7 @@ def test_the_one_op_path_is_taken_and_refuses_a_unit_named_twice() -> None:
     twice = CheckpointStoreOp._of_runs(1, ((3, 3), (4, 2)), layout.image_bytes, layout.layout_id)
     assert _agrees(_one_op_batch, [twice], [])
     planted = edited_method(
-        executor_module, "_one_op_batch", "    if m > 1:  # the op's own", "    if False:  #"
+        validation_module, "_one_op_batch", "    if m > 1:  # the op's own", "    if False:  #"
     )
     assert not _agrees(planted, [twice], [])
     with pytest.raises(CopyOpError):  # the per-op check names the unit named twice
