@@ -19,7 +19,8 @@ KV pages) and batch size (1, 8, 64, 256) it times, in one run:
   buffers), the ceiling.
 
 **Device time**: CUDA events around the launch only (the executor's own events, after its
-upload, which runs on a side stream), with a sleep kernel holding the stream while the host
+upload, which runs on a side stream, or, for an upload the kernel reads from host memory,
+with those reads inside), with a sleep kernel holding the stream while the host
 enqueues the launch, so host launch overhead is not counted; the median of ``--reps``
 batches after ``--warmup``. **Back to back**: ``--reps`` batches issued between two events
 around whole ``execute`` calls, the median of 5 such runs (host work overlaps the previous
@@ -670,8 +671,10 @@ def render(results: dict[str, Any]) -> str:
     lines += [
         "",
         "Store, restore and D2D ms are device time: CUDA events around the launch (the"
-        " executor's own events, after its descriptor upload, which runs on a side stream;"
-        " for the torch executor, around all its launches), with a sleep kernel holding the"
+        " executor's own events, after its descriptor upload, which runs on a side stream, or"
+        " with the kernel's reads of an upload from host memory inside (`host-read` variants,"
+        " small uploads of the default); for the torch executor, around all its launches),"
+        " with a sleep kernel holding the"
         " stream while the host enqueues the launch, so host launch overhead is not counted;"
         " the median of the timed batches. The end-to-end ratios here time batches issued back"
         " to back between two events around the whole `execute` calls (and plain `copy_` calls"
@@ -704,6 +707,7 @@ def _write(out: Path, section: str) -> None:
 
 
 def _variant(text: str) -> Variant:
+    """One ``--variants`` entry: ``block:rows:warps:loop[:host_read_ints]``."""
     parts = text.split(":")
     if len(parts) not in (4, 5):
         raise argparse.ArgumentTypeError(
@@ -712,7 +716,34 @@ def _variant(text: str) -> Variant:
     a, b, c, d = parts[:4]
     if d not in ("while", "for"):
         raise argparse.ArgumentTypeError(f"loop must be while or for, got {d!r}")
-    return int(a), int(b), int(c), d, int(parts[4]) if len(parts) == 5 else None
+    try:
+        nums = [int(x) for x in (a, b, c, *parts[4:])]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"block, rows, warps and host_read_ints are ints, got {text!r}"
+        ) from None
+    if min(nums[:3]) < 1 or (len(nums) == 4 and nums[3] < 0):
+        raise argparse.ArgumentTypeError(
+            f"block, rows and warps must be >= 1 and host_read_ints >= 0, got {text!r}"
+        )
+    return nums[0], nums[1], nums[2], d, nums[3] if len(nums) == 4 else None
+
+
+def _variants(text: str) -> list[Variant]:
+    """``--variants``: comma-separated :func:`_variant` entries."""
+    return [_variant(v) for v in text.split(",")]
+
+
+def _batches(text: str) -> list[int]:
+    """``--batches``: comma-separated batch sizes, each >= 1."""
+    try:
+        got = [int(x) for x in text.split(",")]
+    except ValueError:
+        msg = f"batches are comma-separated ints, got {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
+    if not got or min(got) < 1:
+        raise argparse.ArgumentTypeError(f"every batch size must be >= 1, got {text!r}")
+    return got
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -720,13 +751,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     device (and without ``--smoke``) it says so and returns 0, writing nothing."""
     ap = argparse.ArgumentParser(prog="python -m pagedstate.gpu.bench")
     ap.add_argument("--models", nargs="*", default=list(DEFAULT_MODELS))
-    ap.add_argument("--batches", default=None, help="comma-separated (default 1,8,64,256)")
+    ap.add_argument(
+        "--batches", type=_batches, default=None, help="comma-separated (default 1,8,64,256)"
+    )
     ap.add_argument(
         "--variants",
-        default=",".join(":".join(str(x) for x in v if x is not None) for v in DEFAULT_VARIANTS),
+        type=_variants,
+        default=list(DEFAULT_VARIANTS),
         help="Triton kernel variants block:rows_per_program:num_warps:loop[:host_read_ints]"
         " (loop: while or for; host_read_ints: uploads of at most that many integers read"
-        " from host memory, 0 for none; default the executor's), comma-separated",
+        " from host memory, 0 for none; default the executor's), comma-separated (default"
+        " 512:4:4:for)",
     )
     ap.add_argument("--block-tokens", type=int, default=16)
     ap.add_argument("--reps", type=int, default=None, help="timed repetitions (default 10)")
@@ -741,15 +776,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
-    batches = a.batches or ("1,2" if a.smoke else ",".join(map(str, DEFAULT_BATCHES)))
+    batches = a.batches or ([1, 2] if a.smoke else list(DEFAULT_BATCHES))
     reps = a.reps if a.reps is not None else (2 if a.smoke else 10)
     if not a.smoke and not _torch().cuda.is_available():
         print("bench-gpu needs a CUDA device (or --smoke): skipped", file=sys.stderr)
         return 0
     results = run(
         a.models,
-        [int(x) for x in batches.split(",")],
-        [_variant(v) for v in a.variants.split(",")],
+        batches,
+        a.variants,
         a.block_tokens,
         reps,
         1 if a.smoke else a.warmup,

@@ -236,8 +236,14 @@ class TritonCopyExecutor(CopyExecutorBase):
             run, per scrub unit: ``4 + 2 * ops + 1 + 2 * runs + scrub units``).
         host_read_ints: uploads of at most this many integers are read by the kernel from
             pinned host memory instead of copied to the device (default
-            :data:`DEFAULT_HOST_READ_INTS`; 0 copies every upload).
-        host_read_batches: how many batches were read so.
+            :data:`DEFAULT_HOST_READ_INTS`; 0 copies every upload). CUDA only, not under
+            CUDA graph capture; may be changed between batches. Setting anything but an
+            int >= 0 raises ``InvalidArgumentError``.
+        host_read_batches: the batches whose upload the kernel read from host memory,
+            counted since construction (the others were copied to the device).
+        direct_launch: after the first (compiling) launch of a grid, launch through the
+            compiled kernel (its ``run``, or Triton's launcher when a launch hook is set)
+            instead of Triton's JIT dispatch; default True.
 
     Raises:
         ImportError: Triton is not installed.
@@ -346,10 +352,10 @@ class TritonCopyExecutor(CopyExecutorBase):
         #: executor's own tensors (whole allocations) and the rest are constants. False:
         #: every launch through the JIT dispatch.
         self.direct_launch = True
-        #: Uploads of at most this many integers are read by the kernel from the pinned
-        #: staging buffer itself (module doc, "Small uploads read from host memory"); 0:
-        #: every upload is copied to the device. CUDA only; not under graph capture.
-        self.host_read_ints = DEFAULT_HOST_READ_INTS
+        # Uploads of at most this many integers are read by the kernel from the pinned
+        # staging buffer itself (module doc, "Small uploads read from host memory"); 0:
+        # every upload is copied to the device (the ``host_read_ints`` property).
+        self._host_read_ints = DEFAULT_HOST_READ_INTS
         # Per buffer: whether the last kernel that used it read the staging buffer itself
         # (the host then waits for that kernel before rewriting it).
         self._host_read = [False, False]
@@ -413,6 +419,18 @@ class TritonCopyExecutor(CopyExecutorBase):
         ).to(dev)
         flat = base.view(-1).view(torch.uint8)
         self._base = flat[: flat.numel() // 8 * 8].view(torch.int64) if self.wide else flat
+
+    @property
+    def host_read_ints(self) -> int:
+        """Uploads of at most this many integers are read by the kernel from pinned host
+        memory (class doc, Attributes)."""
+        return self._host_read_ints
+
+    @host_read_ints.setter
+    def host_read_ints(self, value: int) -> None:
+        if type(value) is not int or value < 0:
+            raise InvalidArgumentError(f"host_read_ints must be an int >= 0, got {value!r}")
+        self._host_read_ints = value
 
     def _affine_tables(self) -> None:
         """Per span, the affine maps from a copy's slot and unit to the span's addresses:
@@ -618,7 +636,7 @@ class TritonCopyExecutor(CopyExecutorBase):
         used = self._stage_batch(self._stage_np[i], batch)
         self.last_upload_ints = used
         compute = self._compute_stream()
-        if used <= self.host_read_ints:
+        if used <= self._host_read_ints:
             # the kernel reads the pinned staging buffer through its mapped address
             buf = self._stage[i]
             self._host_read[i] = True

@@ -52,7 +52,10 @@ is kept until its token reports done).
 
 Hooks: ``row_sink`` (a set of ``(machine, row index)``, as the reference's) records every
 row taken; ``on_transition(machine, row, subject)`` is called after each applied row
-(``None`` by default, one attribute test per row when unset). Subjects: the checkpoint id
+(``None`` by default, one attribute test per row when unset), once the row's effects are
+done (a begun store already in flight). It runs in the middle of a store call: it must
+not raise and must not call the store or its coordinator (record only, as
+:mod:`.eventlog` does). Subjects: the checkpoint id
 for ``record``; the :class:`StateStoreOperationId` for ``offload``; ``(cid, dst_slot)``
 for ``restore``; the lease id for ``lease``.
 

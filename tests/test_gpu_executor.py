@@ -533,3 +533,19 @@ def test_the_one_op_path_is_taken_and_refuses_a_unit_named_twice() -> None:
     assert not _agrees(planted, [twice], [])
     with pytest.raises(CopyOpError):  # the per-op check names the unit named twice
         validate_batch(layout, [twice], [], num_slots=SLOTS, num_blocks=BLOCKS)
+
+
+def test_host_read_ints_refuses_a_bad_value_and_keeps_the_old() -> None:
+    """``TritonCopyExecutor.host_read_ints`` takes an int >= 0; anything else raises
+    ``InvalidArgumentError`` and leaves the setting as it was (no Triton needed: the
+    property alone)."""
+    from pagedstate.gpu.triton_copy import DEFAULT_HOST_READ_INTS, TritonCopyExecutor
+
+    ex = object.__new__(TritonCopyExecutor)
+    ex._host_read_ints = DEFAULT_HOST_READ_INTS
+    for bad in (-1, None, 1.5, True, "64"):
+        with pytest.raises(InvalidArgumentError):
+            ex.host_read_ints = bad  # type: ignore[assignment]
+        assert ex.host_read_ints == DEFAULT_HOST_READ_INTS
+    ex.host_read_ints = 0
+    assert ex.host_read_ints == 0

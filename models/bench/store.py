@@ -114,14 +114,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     module that cannot be imported, an ``--out`` that is a directory or whose markers are
     out of order) exit with argparse's usage error (status 2) before anything runs."""
     d = BenchOptions()
-    ap = argparse.ArgumentParser(prog="python -m pagedstate.models.bench")
+    ap = argparse.ArgumentParser(
+        prog="python -m pagedstate.models.bench",
+        description="Store calls on a replayed trace: the production store against the"
+        " reference model, microseconds per call (docs/benchmarks.md).",
+    )
     pos = _at_least(1)
     ap.add_argument("--impl", default=d.impl, help="production module (default %(default)s)")
     ap.add_argument("--ref", default=d.ref, help="reference module (default %(default)s)")
     ap.add_argument(
-        "--trace", type=_trace_file, default=d.trace, help="Mooncake-format jsonl trace"
+        "--trace",
+        type=_trace_file,
+        default=d.trace,
+        help="Mooncake-format jsonl trace (default: the shipped one, %(default)s)",
     )
-    ap.add_argument("--requests", type=pos, default=None, help=f"trace prefix ({d.requests})")
+    ap.add_argument(
+        "--requests",
+        type=pos,
+        default=None,
+        help=f"replay the first N requests of the trace ({d.requests})",
+    )
     ap.add_argument(
         "--concurrency",
         type=_positive_ints,
