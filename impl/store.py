@@ -611,21 +611,23 @@ class PageUnitCheckpointStore(_Restores, _Offload, _Completions, _Views):
         vacant units suffice no callback can fire, so the block is skipped."""
         ext = pool._ext
         cached = pool._cached
-        if ext.count + len(cached) < u:
+        # equivalent mutants: a shortcut (the loop below tests the free count again)
+        if ext.count + len(cached) < u:  # pragma: no mutate
             if not units_available(u, ext.count + len(cached), self._num_evictable, u):
                 return None
             records = self.records
             index = self.hash_to_checkpoint
             lru = self._lru
             changes = self._changes
-            hooked = self.row_sink is not None or self.on_transition is not None
+            # equivalent mutants: _took records nothing with neither hook set
+            sink, hook = self.row_sink, self.on_transition
+            hooked = sink is not None or hook is not None  # pragma: no mutate
             while ext.count + len(cached) < u:
                 cid = self._next_victim()
                 if cid < 0:
                     return None  # pragma: no mutate (unreachable: units_available counted it)
                 # _evict(cid): the victim is READY and unpinned (the victim heap's invariant)
-                rec = records[cid]
-                rec.phase = _EVICT_UNPINNED.next
+                rec = records[cid]  # dropped below: its phase is never read again
                 h = rec.prefix_hash
                 if index.get(h) == cid:
                     del index[h]
@@ -641,7 +643,8 @@ class PageUnitCheckpointStore(_Restores, _Offload, _Completions, _Views):
         cid = self._next_checkpoint_id
         self._next_checkpoint_id = cid + 1
         got: list[tuple[int, int]] | None
-        if ext.count >= u > 0:
+        # equivalent mutants: the other branches reserve the same units, slower (u >= 1)
+        if ext.count >= u > 0:  # pragma: no mutate
             # vacant units suffice: no cached unit is taken, so no callback fires and the
             # deferral block would hold nothing
             got = pool._reserve_vacant_ckpt(u, cid)

@@ -236,9 +236,14 @@ def _restore(w: KVWorld, h: int, slot: int) -> Any:
     return None if op is None else tuple(op.unit_ids)
 
 
-def _kv_lockstep(seed: int, steps: int, n: int, sp: Any, reenter: bool) -> dict[str, int]:
+def _kv_lockstep(
+    seed: int, steps: int, n: int, sp: Any, reenter: bool, callback: bool = True
+) -> dict[str, int]:
     rng = random.Random(seed)
     worlds = [KVWorld(fast, seed, n, sp, reenter) for fast in (True, False)]
+    if not callback:  # an engine that wires no on_evict: cached units are taken silently
+        for w in worlds:
+            w.pool.on_evict = None
     seen: dict[str, int] = {}
     for step in range(steps):
         name = _kv_step(rng, worlds, step)
@@ -253,11 +258,15 @@ def _kv_lockstep(seed: int, steps: int, n: int, sp: Any, reenter: bool) -> dict[
     return seen
 
 
-@pytest.mark.parametrize("reenter", [False, True], ids=["plain-engine", "reentrant-engine"])
-def test_fast_begin_matches_the_general_path_over_a_kv_pool(reenter: bool) -> None:
+@pytest.mark.parametrize(
+    ("reenter", "callback"),
+    [(False, True), (True, True), (False, False)],
+    ids=["plain-engine", "reentrant-engine", "no-callback"],
+)
+def test_fast_begin_matches_the_general_path_over_a_kv_pool(reenter: bool, callback: bool) -> None:
     """Random runs over a small pool with cached KV units, engine reservations and an
     ``on_evict`` that unindexes (and, re-entrant, begins stores, makes room, clears,
-    completes, or raises): the fused begin and the general begin give the same return
+    completes, or raises), or no ``on_evict`` at all: the fused begin and the general begin give the same return
     values, callbacks (hashes, order, what they returned), rows (``row_sink`` and the
     ``on_transition`` sequence with subjects) and the same pool and store internals (extents
     and heap, tags and handles, per-owner counts, dirty index, victim heap, stamps, change
@@ -265,7 +274,7 @@ def test_fast_begin_matches_the_general_path_over_a_kv_pool(reenter: bool) -> No
     total: dict[str, int] = {}
     for seed in range(16):
         for n, sp in ((12, spec(10, 25)), (9, spec(10, 30)), (7, spec(10, 10))):
-            got = _kv_lockstep(seed, 180, n, sp, reenter)
+            got = _kv_lockstep(seed, 180, n, sp, reenter, callback)
             for k, v in got.items():
                 total[k] = total.get(k, 0) + v
     # the run reached the paths under test: stores, KV caching and claiming

@@ -351,3 +351,20 @@ def test_a_planted_bug_in_the_extents_is_caught_by_self_check() -> None:
     pool._who.clear()
     pool._held.clear()
     assert any("touch" in p for p in pool.self_check())
+
+
+def test_a_run_longer_than_the_flag_template_is_flagged_dirty_whole() -> None:
+    """A checkpoint image of one run longer than the pool's template of dirty flags
+    (``_NUM_ONES``: the long-run branch of the release) goes dirty whole and the flag array
+    keeps its length; so does one of exactly the template's length."""
+    from pagedstate.impl._pool_dirty import _NUM_ONES
+
+    for u in (_NUM_ONES, _NUM_ONES + 7):
+        pool = I.UnitPool(u + 3)
+        store = I.PageUnitCheckpointStore(pool, spec(10, 10 * u))
+        assert store.begin_store(1, 0) is not None
+        store.complete_inflight()
+        store.unindex(1)  # released: the units go dirty
+        assert pool.dirty_units() == frozenset(range(u))
+        assert len(pool._dirtyf) == u + 3
+        assert pool.self_check() == [] and store.self_check() == []
