@@ -626,8 +626,12 @@ class PageUnitCheckpointStore(_Restores, _Offload, _Completions, _Views):
                 cid = self._next_victim()
                 if cid < 0:
                     return None  # pragma: no mutate (unreachable: units_available counted it)
-                # _evict(cid): the victim is READY and unpinned (the victim heap's invariant)
+                # _evict(cid): the victim is READY and unpinned (the victim heap's invariant);
+                # its guard still comes from the checked helper, and the table decides if not
                 rec = records[cid]  # dropped below: its phase is never read again
+                if store_guard(rec.pin_count) != _EVICT_UNPINNED.guard:  # pragma: no mutate
+                    self._evict(cid)  # pragma: no mutate (unreachable: raises, as before)
+                    continue  # pragma: no mutate
                 h = rec.prefix_hash
                 if index.get(h) == cid:
                     del index[h]
