@@ -16,6 +16,12 @@ printed program, at minutes of CPU per caught bug (``--shrink`` keeps it). A con
     .venv/bin/python tools/kit_strength/run.py --bugs a,b --timeout 120
     .venv/bin/python tools/kit_strength/run.py --scenarios     # the hand-written scenarios
     .venv/bin/python tools/kit_strength/run.py --list
+    .venv/bin/python tools/kit_strength/run.py --set fresh     # the fresh set (bugs_fresh)
+
+``--set`` picks the bug module: ``original`` (:mod:`bugs`, the default) or ``fresh``
+(:mod:`bugs_fresh`, written after the kit was tuned on the first and kept out of every test
+and of the kit's tuning). The choice goes to every subprocess: ``--set`` for the kit and
+scenario workers, ``KIT_STRENGTH_SET`` for the pytest plugin.
 
 ``--suite`` runs ``tests/test_impl_lockstep.py``, ``tests/test_impl_exhaustive.py -k "not
 slow"`` and ``tests/test_impl_self_check.py`` with the same plant, through the pytest plugin
@@ -40,7 +46,25 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
+import importlib  # noqa: E402
+import types  # noqa: E402
+
 import bugs  # noqa: E402
+
+#: ``--set`` -> the module holding that set's ``BUGS``, ``SCENARIOS``, ``by_name``, ``check``
+#: and ``plant`` (imported from this folder).
+BUG_SETS = {"original": "bugs", "fresh": "bugs_fresh"}
+#: The set in use (``--set``; the plugin reads ``KIT_STRENGTH_SET``).
+_set_name = "original"
+
+
+def _use_set(name: str) -> types.ModuleType:
+    """Make ``name``'s module the one every function here uses (as ``bugs``)."""
+    global bugs, _set_name
+    bugs = importlib.import_module(BUG_SETS[name])
+    _set_name = name
+    return bugs
+
 
 SUITE_FILES = (
     "tests/test_impl_lockstep.py",
@@ -132,7 +156,7 @@ def _timed(
 
 
 def _kit(name: str, timeout: float, shrink: bool, examples: int | None) -> dict[str, Any]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name]
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--set", _set_name, "--worker", name]
     if shrink:
         cmd.append("--shrink")
     if examples is not None:
@@ -182,6 +206,7 @@ def _suite(name: str, timeout: float) -> dict[str, Any]:
         "not slow",
     ]
     env = dict(os.environ, HYPOTHESIS_PROFILE="ci", KIT_STRENGTH_BUG=name)
+    env["KIT_STRENGTH_SET"] = _set_name
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH")) if p)
     proc, wall, cpu = _timed(cmd, env, timeout)
     if proc is None:
@@ -230,7 +255,14 @@ def _run_scenarios(names: list[str]) -> int:
         for planted in ("0", "1"):
             env = dict(os.environ, KIT_STRENGTH_PLANT=planted)
             proc = subprocess.run(
-                [sys.executable, str(Path(__file__).resolve()), "--scenario", name],
+                [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "--set",
+                    _set_name,
+                    "--scenario",
+                    name,
+                ],
                 cwd=ROOT,
                 env=env,
                 capture_output=True,
@@ -288,6 +320,12 @@ def _table(rows: list[dict[str, Any]], suite: dict[str, dict[str, Any]], kit: bo
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--set",
+        choices=sorted(BUG_SETS),
+        default="original",
+        help="which set of planted bugs: original (bugs.py, default) or fresh (bugs_fresh.py)",
+    )
     ap.add_argument("--bugs", help="comma-separated bug names (default: all)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per subprocess")
     ap.add_argument("--suite", action="store_true", help="also run the targeted impl tests")
@@ -301,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--scenario", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    _use_set(args.set)
 
     if args.worker:
         _worker(args.worker, args.shrink, args.examples)
@@ -368,7 +407,10 @@ def main(argv: list[str] | None = None) -> int:
         f" {_cpu_children() - c_all:.0f} s"
     )
     if args.json:
-        Path(args.json).write_text(json.dumps({"kit": rows, "suite": suite}, indent=1))
+        out: dict[str, Any] = {"kit": rows, "suite": suite}
+        if _set_name != "original":
+            out["set"] = _set_name
+        Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
 
 
