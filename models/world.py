@@ -184,10 +184,13 @@ class Config:
         )
 
     def build(
-        self, coordinator_factory: Callable[..., PagedStateCheckpointCoordinator] | None = None
+        self,
+        coordinator_factory: Callable[..., PagedStateCheckpointCoordinator] | None = None,
+        pool_factory: Callable[[int], Any] | None = None,
     ) -> World:
-        """A fresh world in its initial state (optionally over a mutant coordinator class)."""
-        return World(self, coordinator_factory)
+        """A fresh world in its initial state (optionally over a mutant coordinator class,
+        or another store's coordinator and pool factories)."""
+        return World(self, coordinator_factory, pool_factory)
 
 
 class _Offload:
@@ -205,11 +208,12 @@ class World:
         self,
         config: Config,
         coordinator_factory: Callable[..., PagedStateCheckpointCoordinator] | None = None,
+        pool_factory: Callable[[int], Any] | None = None,
     ) -> None:
         self.config = config
         factory = coordinator_factory or PagedStateCheckpointCoordinator
-        self.clock = ManualClock()
-        self.pool = UnitPool(config.units)
+        self.clock = self._new_clock()
+        self.pool = (pool_factory or UnitPool)(config.units)
         self.coord = factory(
             self.pool,
             config.spec,
@@ -222,7 +226,7 @@ class World:
         )
         # The pool the store really uses (a mutant coordinator may build its own), so the
         # environment's KV actions and checks act on it: as `clone` does.
-        self.pool = self.coord.store.pool
+        self.pool = self._pool_of(self.coord, self.pool)
         if config.scratch_slots:
             first = config.seqs
             self.coord.attach_midstep_scratch(
@@ -289,6 +293,32 @@ class World:
             store._completions = [(own(t), cids) for t, cids in store._completions]
             w.tokens = [(own(t), cids) for t, cids in self.tokens]
         return w
+
+    # -- what the environment reads of the store (overridden by the conformance kit's
+    # follower world, which sees a store under test through its public API only) ----------
+
+    def _new_clock(self) -> Any:
+        """The clock the coordinator is built with (read as ``clock()``; ``tick`` adds to
+        its ``now``)."""
+        return ManualClock()
+
+    def _pool_of(self, coord: Any, given: Any) -> Any:
+        """The unit pool ``coord``'s store uses (``given``: the one it was built with)."""
+        del given
+        return coord.store.pool
+
+    def _new_token(self) -> Any:
+        """A fresh completion token (not done) for ``complete_previous_batch``."""
+        return ManualCompletion()
+
+    def _records(self) -> Any:
+        """The store's records by checkpoint id (a mapping; each record has ``phase``,
+        ``prefix_hash``, ``unit_ids`` and ``settled``)."""
+        return self.coord.store.records
+
+    def _live_offload_ops(self) -> Any:
+        """The offload operations the store still pins (a container of operation ids)."""
+        return self.coord.store._offload_pins
 
     # -- actions ------------------------------------------------------------------------
 
@@ -439,7 +469,7 @@ class World:
     def _publishable(self) -> list[int]:
         """The COPYING checkpoints the drained batches still write: what a completion now
         would publish, in drain order."""
-        records = self.coord.store.records
+        records = self._records()
         out = []
         for units in self.in_flight_units:
             cid = self._cid_of(units)
@@ -494,7 +524,7 @@ class World:
         copy reads the slot as another forward left it: a wrong-slot store under overlap),
         of the hash filed; a scratch store published for forward ``F`` only once ``F <=
         prev`` (else the copy reads the scratch slot before forward ``F`` wrote it)."""
-        records = self.coord.store.records
+        records = self._records()
         for op in stores:
             slot = op.src_slot
             if slot < self.config.seqs:
@@ -534,10 +564,10 @@ class World:
 
     def _a_complete_token(self) -> None:
         cids = self._publishable()
-        token = ManualCompletion()
+        token = self._new_token()
         self.coord.complete_previous_batch(token)
         self.in_flight_units = ()
-        records = self.coord.store.records
+        records = self._records()
         published = tuple(c for c in cids if c in records)
         if published:
             self.tokens = [*self.tokens, (token, published)]
@@ -717,7 +747,7 @@ class World:
         # Offload ops the store retired become stale handles of the environment. Leases
         # are never reclaimed: the environment keeps them, and `problems` reports a lease
         # the store dropped.
-        live = self.coord.store._offload_pins
+        live = self._live_offload_ops()
         for op in [o for o in self.ops if o not in live and o not in self.lease_ops]:
             self.ops.remove(op)
             self.stale_op = op
@@ -842,6 +872,18 @@ class World:
                     out.append(f"KV unit {u} of tenant {k} is {self.pool.owner_of(u)!r}")
         return out
 
+    def quiescence_calls(self) -> list[Action]:
+        """:func:`drain_calls` for the handles this world holds: the calls that give them
+        all back and drive the coordinator to quiescence."""
+        return drain_calls(
+            leases=self.leases,
+            scratch=self.scratch_res,
+            seqs=self.seqs,
+            ops=self.ops,
+            transfer_owners=self.owners,
+            kv=[(units, (KV_OWNER, k)) for k, units in self.kv_held.items()],
+        )
+
     def drain_problems(self, memo: dict[Any, bool] | None = None) -> list[str]:
         """Drive a copy of this world to quiescence (:func:`drain_calls`, then
         ``settle_completions(wait=True)``) and report what did not come back
@@ -860,14 +902,7 @@ class World:
         one's verdict stands for the rest. A memoised failure is drained again without the
         memo, so its message names this state's own objects. O(head + key) on a hit."""
         w = self.clone()
-        calls = drain_calls(
-            leases=w.leases,
-            scratch=w.scratch_res,
-            seqs=w.seqs,
-            ops=w.ops,
-            transfer_owners=w.owners,
-            kv=[(units, (KV_OWNER, k)) for k, units in w.kv_held.items()],
-        )
+        calls = w.quiescence_calls()
         tail = len(calls) - DRAIN_TAIL
         seen: Any = None
         try:

@@ -94,6 +94,13 @@ from .config import (
 )
 from .config import CoordinatorFactory as CoordinatorFactory
 from .config import PoolFactory as PoolFactory
+from .exhaustive import (
+    EXHAUSTIVE_PLAN,
+    ExhaustiveReport,
+    follower_world,
+    run_exhaustive,
+    run_exhaustive_plan,
+)
 from .machine import ConformanceMachine
 from .mapping import EVENT_RULES, MACRO_RULES, assert_rule_mapping, check_rule_mapping
 from .rules_records import PASS_FAULTS
@@ -119,6 +126,7 @@ __all__ = [
     "ConformanceMachine",
     "ConformanceFailure",
     "ConformanceReport",
+    "ExhaustiveReport",
     "TableCoverageError",
     "KitSeq",
     "KitOffload",
@@ -134,4 +142,8 @@ __all__ = [
     "conformance_settings",
     "conformance_test_case",
     "run_conformance",
+    "run_exhaustive",
+    "run_exhaustive_plan",
+    "follower_world",
+    "EXHAUSTIVE_PLAN",
 ]
