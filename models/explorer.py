@@ -375,7 +375,8 @@ class Report:
             f"config {c.name}: units={c.units} U={c.units_per_checkpoint} hashes={c.hashes}"
             f" seqs={c.seqs} kv_owners={c.kv_owners} offload={c.offload} leases={c.leases}"
             f" transfers={c.transfers} scratch={c.scratch_slots} suspend={c.suspend}"
-            f" completions={c.completions} forwards={c.forwards} max_depth={c.max_depth}",
+            f" completions={c.completions} forwards={c.forwards} max_depth={c.max_depth}"
+            + (" symmetry=seqs" if c.symmetry else ""),
             f"{self.generated} states generated, {self.distinct} distinct states found,"
             f" {self.frontier_left} states left on queue ({self.at_depth_bound} at the depth"
             f" bound, {self.queued} not expanded).",

@@ -33,6 +33,7 @@ duplicated and late reports and second uses are exercised without growing the st
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
@@ -149,6 +150,8 @@ class Config:
         scratch_restores: also restores into the scratch slots (G12: refused while the slot
             is lent as scratch; a queued one makes ``reserve_midstep`` refuse the slot).
         max_depth: stop exploring below this depth (``None``: until the space is exhausted).
+        symmetry: identify states up to a renaming of the sequences and their slots
+            (:meth:`World.symmetric_key`): fewer states, the same shortest traces' lengths.
     """
 
     name: str
@@ -174,6 +177,7 @@ class Config:
     skip_forwards: bool = False
     scratch_restores: bool = False
     max_depth: int | None = None
+    symmetry: bool = False
 
     @property
     def spec(self) -> PagedStateCheckpointSpec:
@@ -808,9 +812,30 @@ class World:
         forward ids (kept relative to the latest drain's, see :func:`_forward_key`). Hashes
         are relabelled by first appearance (pool order, then the rest), which is sound
         because every action treats hashes symmetrically: equal keys imply states equal up
-        to a renaming of hashes.
+        to a renaming of hashes. With ``config.symmetry``, also up to a renaming of the
+        sequences: :meth:`symmetric_key`.
         """
+        if self.config.symmetry:
+            return self.symmetric_key()
         return _key(self)
+
+    def symmetric_key(self) -> tuple[Any, ...]:
+        """The canonical form up to a renaming of the sequences (with their slots, SPEC
+        H.3): the parts of :meth:`key` that name no sequence, with the set of the other
+        parts under every permutation of the sequences. Sound
+        because every action treats sequences alike (each has its own slot, and no rule
+        reads a slot's number): a state and its mirror image, the state the mirrored
+        trace reaches, have the same set (``tests/test_symmetry.py`` checks it on every
+        state of ``tiny``, ``overlap`` and ``default`` to a bound). O(key + seqs! x the
+        parts naming sequences)."""
+        n = self.config.seqs
+        if n < 2:
+            return _key(self)
+        perms = _PERMS.get(n)
+        if perms is None:
+            perms = _PERMS[n] = tuple(itertools.permutations(range(n)))[1:]
+        base, variants = _key_parts(self, (None, *perms))
+        return base, frozenset(variants)
 
     def problems(self) -> list[str]:
         """Agreement between the environment and the store: every handle the environment
@@ -1006,8 +1031,20 @@ def quiescence_problems(s: Snapshot) -> list[str]:
     return out
 
 
-def _key(w: World) -> tuple[Any, ...]:
-    # Written for speed: it runs once per generated state.
+def _key(w: World, perm: tuple[int, ...] | None = None) -> tuple[Any, ...]:
+    """:meth:`World.key`, with the sequences renamed by ``perm`` (index i -> perm[i], and
+    with them their slots: sequence i has slot i) when given."""
+    base, variants = _key_parts(w, (perm,))
+    return base + variants[0]
+
+
+def _key_parts(
+    w: World, perms: tuple[tuple[int, ...] | None, ...]
+) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
+    # Written for speed: it runs once per generated state. The key is ``base`` (what does
+    # not name a sequence or a slot) plus, for each permutation of ``perms`` (None: the
+    # identity), the parts that do, renamed. Hashes are relabelled in one traversal: the
+    # renamed parts visit them in the same order for every permutation.
     coord = w.coord
     store = coord.store
     records = store.records
@@ -1066,12 +1103,6 @@ def _key(w: World) -> tuple[Any, ...]:
     parts.append(tuple(sorted(fget(c, -1) for c in store._pending_by_hash.values())))
     parts.append(tuple([fget(c, -1) for c in store._lru]))
     parts.append(tuple([fget(c, -1) for c in store._inflight_stores]))
-    q = store._queued_restores
-    parts.append(tuple([(fget(c, -1), op.dst_slot) for c, op in q]) if q else ())
-    q = store._inflight_restores
-    parts.append(tuple([(fget(c, -1), op.dst_slot) for c, op in q]) if q else ())
-    sus = store._suspended
-    parts.append(tuple(sorted((fget(c, -1), op.dst_slot) for c, op in sus.values())) if sus else ())
     parts.append(store._offload_sink)
     parts.append(tuple([fget(c, -1) for c in store._offload_ready]))
     ops = store._offload_pins
@@ -1099,8 +1130,6 @@ def _key(w: World) -> tuple[Any, ...]:
         parts.append(tuple([(ch(op.prefix_hash), grank[op.generation]) for op in w.ops]))
     else:
         parts.append(None)
-    pend = coord._pending
-    parts.append(tuple([(s.index, ch(h)) for s, h in pend.values()]) if pend else ())  # type: ignore[attr-defined]
     tr = coord._transfer_units
     parts.append(tuple(sorted((co(o), u[0]) for o, u in tr.items())) if tr else ())
     parts.append(tuple(sorted(coord._scratch_reserved)))
@@ -1108,7 +1137,6 @@ def _key(w: World) -> tuple[Any, ...]:
     parts.append(tuple(coord._scratch_issued))
     # The environment.
     parts.append(tuple(sorted(w.kv_held)))
-    parts.append(tuple([(fget(x.checkpoint_id, -1), x.op.dst_slot) for x in w.leases]))
     parts.append(w.spent_lease is not None)
     parts.append(w.stale_op is not None)
     parts.append(tuple([co(o) for o in w.owners]))
@@ -1128,12 +1156,44 @@ def _key(w: World) -> tuple[Any, ...]:
         parts.append(
             tuple([tuple([fget(c, -1) for c in cids]) for _t, cids in w.tokens]) if w.tokens else ()
         )
-    if cfg.forwards:
-        parts.append(_forward_key(w, ch))
-    return tuple(parts)
+    # The parts that name sequences or slots, once per permutation.
+    queued = store._queued_restores
+    inflight = store._inflight_restores
+    sus = store._suspended
+    pend = coord._pending
+    leases = w.leases
+    variants = []
+    for perm in perms:
+        if perm is None:
+            ps = _same
+        else:
+
+            def ps(x: int, perm: tuple[int, ...] = perm) -> int:
+                return perm[x] if 0 <= x < len(perm) else x
+
+        var = (
+            tuple([(fget(c, -1), ps(op.dst_slot)) for c, op in queued]) if queued else (),
+            tuple([(fget(c, -1), ps(op.dst_slot)) for c, op in inflight]) if inflight else (),
+            tuple(sorted((fget(c, -1), ps(op.dst_slot)) for c, op in sus.values())) if sus else (),
+            tuple([(ps(s.index), ch(h)) for s, h in pend.values()]) if pend else (),  # type: ignore[attr-defined]
+            tuple([(fget(x.checkpoint_id, -1), ps(x.op.dst_slot)) for x in leases]),
+            _forward_key(w, ch, ps) if cfg.forwards else None,
+        )
+        variants.append(var)
+    return tuple(parts), variants
 
 
-def _forward_key(w: World, ch: Callable[[int], int]) -> tuple[Any, ...]:
+#: seqs -> its permutations but the identity (filled on first use).
+_PERMS: dict[int, tuple[tuple[int, ...], ...]] = {}
+
+
+def _same(x: int) -> int:
+    return x
+
+
+def _forward_key(
+    w: World, ch: Callable[[int], int], ps: Callable[[int], int] = _same
+) -> tuple[Any, ...]:
     """The overlap style's part of the key. Forward ids grow without bound, so they are
     kept relative to the latest drain's (``last_forward``), and clamped where no later call
     can tell them apart: a pending boundary named for an earlier forward is dropped at the
@@ -1143,13 +1203,13 @@ def _forward_key(w: World, ch: Callable[[int], int]) -> tuple[Any, ...]:
     snap = w.coord.snapshot()
     last = snap.last_forward
     base = -1 if last is None else last
-    index: dict[Hashable, int] = {id(s): s.index for s in w.seqs}
+    index: dict[Hashable, int] = {id(s): ps(s.index) for s in w.seqs}
     return (
         last is None,
         tuple([(index.get(k, -1), max(f - base, -1)) for k, f in snap.boundary_forwards]),
         tuple([(slot, max(f - base, 0)) for slot, f in snap.scratch_forwards]),
-        tuple([(index.get(k, -1), slot) for k, slot in snap.restore_owners]),
-        tuple(sorted((s, ch(h), max(f - base, -1)) for s, (h, f) in w.filed.items())),
+        tuple([(index.get(k, -1), ps(slot)) for k, slot in snap.restore_owners]),
+        tuple(sorted((ps(s), ch(h), max(f - base, -1)) for s, (h, f) in w.filed.items())),
         tuple(sorted((slot, max(f - base, 0)) for slot, f in w.published.items())),
-        tuple(sorted(w.owned.items())),
+        tuple(sorted((ps(s), ps(x)) for s, x in w.owned.items())),
     )

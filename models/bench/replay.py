@@ -32,8 +32,12 @@ def _pct(x: float) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pagedstate.models.bench.replay")
-    ap.add_argument("--traces", type=Path, default=_TRACES,
-                    help="folder of the traces (default: the checkout's data/traces)")
+    ap.add_argument(
+        "--traces",
+        type=Path,
+        default=_TRACES,
+        help="folder of the traces (default: the checkout's data/traces)",
+    )
     ap.add_argument("--model", default="Qwen/Qwen3-Next-80B-A3B-Instruct")
     ap.add_argument("--pool-gib", type=float, default=16.0)
     ap.add_argument("--placement", default="anchor")

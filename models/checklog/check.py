@@ -16,7 +16,6 @@ from .verdict import CheckResult, Difference, _Unreadable, _Unsupported
 # ---------------------------------------------------------------------------------------
 
 
-
 class _RepeatedKey(ValueError):
     """A JSON object names a key twice (json keeps the last silently)."""
 
@@ -28,6 +27,7 @@ def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise _RepeatedKey(key)
         out[key] = value
     return out
+
 
 def check_log(lines: Iterable[str | bytes], *, require_footer: bool = True) -> CheckResult:
     """Replay a log's lines on the reference model and return the verdict (see the module

@@ -284,9 +284,7 @@ class _Replay:
         expected_post = _fingerprint(self.coordinator)
         if _dump(expected_post) != _dump(post):
             # only the counters that differ (a missing one shows as null)
-            keys = sorted(
-                k for k in {*expected_post, *post} if expected_post.get(k) != post.get(k)
-            )
+            keys = sorted(k for k in {*expected_post, *post} if expected_post.get(k) != post.get(k))
             diffs.append(
                 Difference(
                     "post",

@@ -184,8 +184,10 @@ def decode(
             return s
         if "int" in v:
             n, type_name, text = v.get("int"), v.get("type"), v.get("repr")
-            if set(v) != {"int", "type", "repr"} or type(n) is not int or not (
-                isinstance(type_name, str) and isinstance(text, str)
+            if (
+                set(v) != {"int", "type", "repr"}
+                or type(n) is not int
+                or not (isinstance(type_name, str) and isinstance(text, str))
             ):
                 raise ValueError(f"an int subclass is {{int, type, repr}}: {v!r}")
             return _opaque_int(n, type_name, text)

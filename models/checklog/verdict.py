@@ -85,8 +85,7 @@ class CheckResult:
         head = f"check-log: {self.status.upper()} at {where}: {self.reason}"
         body = [f"  {d.text()}" for d in self.differences]
         tail = (
-            f"  ({_count(self.lines, 'line')} read; {_count(self.calls, 'call')} matched"
-            " before it)"
+            f"  ({_count(self.lines, 'line')} read; {_count(self.calls, 'call')} matched before it)"
         )
         return "\n".join([head, *body, tail])
 

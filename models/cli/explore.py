@@ -41,10 +41,11 @@ def _run_explore(args: argparse.Namespace) -> int:
             search (nothing runs), or the write of the counterexample failed after it (the
             report is printed first). ``main`` reports either and returns 2.
     """
+    import attrs
     from rich.console import Console
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from pagedstate.models.explorer import Report, explore, explore_parallel
+    from pagedstate.models.explorer import CONFIGS, Report, explore, explore_parallel
 
     check_out_file(args.json, "--json")  # written at the end: checked before the search
     console = Console(stderr=True)
@@ -88,9 +89,14 @@ def _run_explore(args: argparse.Namespace) -> int:
                     flush=True,
                 )
 
+        cfg: Any = CONFIGS[args.config]
+        if args.symmetry:
+            cfg = attrs.evolve(cfg, symmetry=True)
+        if args.max_depth is not None:
+            cfg = attrs.evolve(cfg, max_depth=args.max_depth)
         if args.workers > 1:
             report = explore_parallel(
-                args.config,
+                cfg,
                 workers=args.workers,
                 max_states=args.max_states,
                 check_drain=not args.no_drain,
@@ -98,7 +104,7 @@ def _run_explore(args: argparse.Namespace) -> int:
             )
         else:
             report = explore(
-                args.config,
+                cfg,
                 max_states=args.max_states,
                 check_drain=not args.no_drain,
                 progress=progress,
@@ -151,6 +157,18 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     )
     explore.add_argument(
         "--json", metavar="FILE", default=None, help="write a counterexample as JSON to FILE"
+    )
+    explore.add_argument(
+        "--symmetry",
+        action="store_true",
+        help="identify states up to a renaming of the sequences (fewer states, the same"
+        " shortest traces' lengths)",
+    )
+    explore.add_argument(
+        "--max-depth",
+        type=_positive_int,
+        default=None,
+        help="the depth bound (>= 1; default the configuration's own)",
     )
     explore.add_argument("--quiet", action="store_true", help="no progress bar")
     explore.set_defaults(func=_run_explore, subparser=explore)
