@@ -81,7 +81,7 @@ def _progress(msg: str) -> None:
 # -- worker: one kit run in this process ------------------------------------------------------
 
 
-def _worker(name: str, shrink: bool, examples: int | None) -> None:
+def _worker(name: str, shrink: bool, examples: int | None, exhaustive: bool = False) -> None:
     if name != "none":
         bugs.plant(bugs.by_name(name))
     from hypothesis import Phase, settings
@@ -129,6 +129,26 @@ def _worker(name: str, shrink: bool, examples: int | None) -> None:
         )
     result["seconds"] = round(time.perf_counter() - t0, 1)
     result["test_cases"] = cases[0]
+    result["caught_by"] = "random" if result["caught"] else None
+    if exhaustive and not result["caught"]:
+        # The kit's exhaustive mode after the random run, as an engine's CI would run both.
+        from pagedstate.engines.conformance import run_exhaustive_plan
+
+        t1 = time.perf_counter()
+        try:
+            reports = run_exhaustive_plan(I.PagedStateCheckpointCoordinator, I.UnitPool)
+        except AssertionError as exc:
+            text = str(exc).strip()
+            result.update(
+                caught=True,
+                caught_by="exhaustive",
+                error=type(exc).__name__,
+                first_line=text.splitlines()[0][:400],
+                message=text[:4000],
+            )
+        else:
+            result["exhaustive_states"] = sum(r.distinct for r in reports)
+        result["exhaustive_seconds"] = round(time.perf_counter() - t1, 1)
     print(_MARK + json.dumps(result), flush=True)
 
 
@@ -155,10 +175,14 @@ def _timed(
     return proc, round(time.perf_counter() - t0, 1), round(_cpu_children() - c0, 1)
 
 
-def _kit(name: str, timeout: float, shrink: bool, examples: int | None) -> dict[str, Any]:
+def _kit(
+    name: str, timeout: float, shrink: bool, examples: int | None, exhaustive: bool = False
+) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--set", _set_name, "--worker", name]
     if shrink:
         cmd.append("--shrink")
+    if exhaustive:
+        cmd.append("--exhaustive")
     if examples is not None:
         cmd += ["--examples", str(examples)]
     env = dict(os.environ, HYPOTHESIS_PROFILE="ci")
@@ -297,7 +321,8 @@ def _table(rows: list[dict[str, Any]], suite: dict[str, dict[str, Any]], kit: bo
         cells = [r["bug"]]
         if kit:
             cells += [
-                yes[r.get("caught")],
+                yes[r.get("caught")]
+                + (" (exhaustive)" if r.get("caught_by") == "exhaustive" else ""),
                 f"{r.get('wall', 0):.1f}",
                 str(r.get("test_cases", "-")),
             ]
@@ -336,13 +361,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write every result here")
     ap.add_argument("--scenarios", action="store_true", help="run the hand-written scenarios")
     ap.add_argument("--list", action="store_true", help="list the bugs")
+    ap.add_argument(
+        "--exhaustive",
+        action="store_true",
+        help="when the random run passes, also run the kit's exhaustive mode"
+        " (run_exhaustive_plan: minutes per bug it does not catch; raise --timeout)",
+    )
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--scenario", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     _use_set(args.set)
 
     if args.worker:
-        _worker(args.worker, args.shrink, args.examples)
+        _worker(args.worker, args.shrink, args.examples, args.exhaustive)
         return 0
     if args.scenario:
         _scenario(args.scenario)
@@ -366,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     for k, name in enumerate(names, 1):
         if not args.no_kit:
             _progress(f"kit   {k}/{len(names)} {name} ...")
-            r = _kit(name, args.timeout, args.shrink, args.examples)
+            r = _kit(name, args.timeout, args.shrink, args.examples, args.exhaustive)
             rows.append(r)
             verdict = {True: "CAUGHT", False: "missed", None: "??"}[r.get("caught")]
             _progress(
@@ -391,6 +422,9 @@ def main(argv: list[str] | None = None) -> int:
             f"\nkit alone: {n_kit}/{len(planted)} caught"
             + (f" ({100 * n_kit / len(planted):.0f}%)" if planted else "")
         )
+        n_exh = sum(1 for r in planted if r.get("caught_by") == "exhaustive")
+        if args.exhaustive:
+            print(f"  of which by the exhaustive mode (after the random run passed): {n_exh}")
         control = [r for r in rows if r["bug"] == "none"]
         if control:
             ok = control[0].get("caught") is False
