@@ -1053,8 +1053,11 @@ def _key_parts(
     first: dict[int, int] = {}
     units: list[Any] = []
     append = units.append
-    owner_of = store.pool.owner_of  # the reference's or the production pool's
-    for u in range(store.pool.num_units):
+    pool = store.pool
+    # The reference pool's tags directly (its owner_of validates every unit id); another
+    # pool (the production one, a mutant's) through its owner_of.
+    owner_of = pool._tags.get if type(pool) is UnitPool else pool.owner_of
+    for u in range(pool.num_units):
         tag = owner_of(u)
         if tag is None:
             append(None)
