@@ -42,6 +42,15 @@ Use::
     run_conformance(MyCoordinator, pool_factory=MyPool)         # one call, active profile
     TestMyStore = conformance_test_case(MyCoordinator, MyPool)  # pytest / hypofuzz
 
+Beside the random run, the exhaustive mode (:mod:`pagedstate.engines.conformance.exhaustive`)
+drives the store through every state the explorer reaches on a bounded configuration,
+comparing every call's answer, a sweep of read-only questions and the snapshots::
+
+    from pagedstate.engines.conformance import run_exhaustive, run_exhaustive_plan
+
+    run_exhaustive(MyCoordinator, pool_factory=MyPool, config="default", max_depth=6)
+    run_exhaustive_plan(MyCoordinator, pool_factory=MyPool)  # the standard plan: minutes
+
 The coordinator factory has the reference constructor's signature::
 
     factory(pool, spec, enabled, offload, readable_midstep,

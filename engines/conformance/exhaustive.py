@@ -9,10 +9,17 @@ coordinator and pool come from the engine's factories. Every node carries both, 
 store under test is driven through exactly the shortest trace the explorer found for each
 state. For **every generated transition** (not only those reaching a new state):
 
-- both must return equal values, or raise the same exception class, and a refused call must
-  leave the store under test's snapshot unchanged (SPEC G8);
-- the two snapshots must be equal (the failure names every differing field);
-- and on every new state, the store under test's own ``self_check()`` (when it has one) and
+- every coordinator call the action makes must answer alike, by value and by type (``1``
+  is not ``True``), or raise the same exception class
+  (:mod:`pagedstate.engines.conformance.observe` logs them), and a refused call must leave
+  the store under test's snapshot unchanged (SPEC G8); the search goes on from the copy
+  that refused, so state a refusal leaves behind is exercised by the actions after it;
+- the two snapshots must be equal (the failure names every differing field), and the
+  store under test must not write the sequences it is given;
+- and on every new state, both coordinators must answer the same read-only questions alike
+  (:func:`~pagedstate.engines.conformance.observe.questions`: ``contains``,
+  ``restore_queued_for``, ``has_available_units``, ``is_idle``, ...), without changing
+  the snapshot; the store under test's own ``self_check()`` (when it has one) and
   the environment's checks of it (every handle the environment holds still live, no image
   settled before its completion token is done, no host reader handed such an image, the
   pending boundaries and their forwards as filed; SPEC D.13, G15) must report nothing; with
@@ -33,10 +40,11 @@ Use::
 
     from pagedstate.engines.conformance import run_exhaustive
 
-    report = run_exhaustive(MyCoordinator, pool_factory=MyPool, config="default", max_depth=8)
-    print(report.distinct, report.transitions)
+    report = run_exhaustive(MyCoordinator, pool_factory=MyPool, config="default", max_depth=6)
+    print(report.distinct, report.transitions)  # depth 6: seconds; the plan's 9: minutes
 
-Measured sizes and times are in ``docs/conformance.md`` ("Exhaustive mode").
+Measured sizes and times, how to read a failure and how to keep it as a regression test are
+in ``docs/conformance.md`` ("Exhaustive mode").
 """
 
 from __future__ import annotations
@@ -44,9 +52,9 @@ from __future__ import annotations
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import attrs
 
@@ -64,6 +72,7 @@ from pagedstate.spec.snapshot import Snapshot
 from pagedstate.spec.types import CHECKPOINT_OWNER
 
 from .config import ConformanceFailure, CoordinatorFactory, PoolFactory, _pool_of
+from .observe import LOG, Observed, answers, questions, recording_reference, strict
 
 __all__ = [
     "EXHAUSTIVE_PLAN",
@@ -197,7 +206,13 @@ class FollowerWorld(World):
 
     def snapshot(self) -> Snapshot:
         with _as(self):
-            return self.coord.snapshot()
+            snap = self.coord.snapshot()
+        if type(snap) is not Snapshot:  # a subclass could redefine equality
+            raise ConformanceFailure(
+                f"snapshot() of the store under test returned a {type(snap).__qualname__},"
+                " not a pagedstate.spec.snapshot.Snapshot"
+            )
+        return snap
 
     def clone(self) -> FollowerWorld:
         if self.mode == "replay":
@@ -205,7 +220,7 @@ class FollowerWorld(World):
         w = FollowerWorld.__new__(FollowerWorld)
         w.__dict__.update(self.__dict__)
         with _as(self):
-            w.coord = self.coord.clone()
+            w.coord = cast(Any, Observed(self.coord.clone()))
         w.pool = _pool_of(w.coord, None)
         if w.pool is None:
             raise ConformanceFailure(
@@ -272,20 +287,51 @@ def follower_world(
 ) -> FollowerWorld:
     """A follower world over ``factory``'s coordinator in its initial state.
 
+    Its ``coord`` is the store under test's coordinator behind an
+    :class:`~pagedstate.engines.conformance.observe.Observed` proxy.
+
     Raises:
-        ValueError: ``mode`` is not ``"auto"``, ``"clone"`` or ``"replay"``.
+        TypeError: ``config`` is not a :class:`~pagedstate.models.world.Config`, or a
+            factory is not callable.
+        ValueError: ``mode`` is not ``"auto"``, ``"clone"`` or ``"replay"``, or it is
+            ``"clone"`` and the coordinator has no ``clone`` method.
     """
-    if mode not in ("auto", "clone", "replay"):
-        raise ValueError(f"mode must be 'auto', 'clone' or 'replay', got {mode!r}")
+    _check_world_args(config, factory, pool_factory, mode)
     w = FollowerWorld.__new__(FollowerWorld)
     w.factory, w.pool_factory = factory, pool_factory
     w.trace, w.done_ids, w.now, w.next_token = (), frozenset(), 0.0, 0
     w.mode = mode
     with _as(w):
-        World.__init__(w, config, factory, pool_factory)
+        World.__init__(w, config, _observed(factory), pool_factory)
+    has_clone = callable(getattr(w.coord, "clone", None))
     if mode == "auto":
-        w.mode = "clone" if callable(getattr(w.coord, "clone", None)) else "replay"
+        w.mode = "clone" if has_clone else "replay"
+    elif mode == "clone" and not has_clone:
+        raise ValueError(
+            f"mode='clone': the coordinator ({type(cast(Any, w.coord).target).__qualname__})"
+            " has no clone() method; use mode='replay' (or 'auto')"
+        )
     return w
+
+
+def _observed(factory: CoordinatorFactory) -> Callable[..., Any]:
+    """``factory``, its coordinators behind an :class:`Observed` proxy."""
+
+    def build(*args: Any, **kwargs: Any) -> Any:
+        return Observed(factory(*args, **kwargs))
+
+    return build
+
+
+def _check_world_args(config: Any, factory: Any, pool_factory: Any, mode: Any) -> None:
+    if not isinstance(config, Config):
+        raise TypeError(f"config must be a pagedstate.models.world.Config, got {config!r}")
+    if not callable(factory):
+        raise TypeError(f"factory must be callable (a coordinator factory), got {factory!r}")
+    if not callable(pool_factory):
+        raise TypeError(f"pool_factory must be callable or None, got {pool_factory!r}")
+    if not isinstance(mode, str) or mode not in ("auto", "clone", "replay"):
+        raise ValueError(f"mode must be 'auto', 'clone' or 'replay', got {mode!r}")
 
 
 def _problems(w: World, snap: Snapshot) -> list[str]:
@@ -357,7 +403,9 @@ class ExhaustiveReport:
         refused: of those, calls both refused (G8 checked on each).
         depth: the deepest level reached.
         seconds: wall time of the run.
-        rows: ``(machine, row)`` of the tables the reference took.
+        rows: the table rows the reference took, as ``(machine, index)``: the row is
+            ``TABLES[machine].rows[index]`` of :data:`pagedstate.spec.tables.TABLES`, and
+            ``TABLES[machine].label(row)`` names it.
     """
 
     config: str
@@ -371,23 +419,145 @@ class ExhaustiveReport:
     rows: frozenset[tuple[str, int]]
 
 
-def _call(world: World, action: Action, *, under_test: bool = False) -> tuple[str, Any]:
-    """``("ok", value)`` or ``("raised", error class)`` for a refusal (a
-    :class:`~pagedstate.spec.errors.PagedStateError`); on the store under test any other
-    exception is ``("crashed", repr)``, which never equals the reference's outcome."""
+Outcome = tuple[Any, ...]
+
+
+def _call(world: World, action: Action, *, under_test: bool = False) -> Outcome:
+    """``(kind, value, calls)``: ``("ok", the action's result)`` (strict, see
+    :func:`~pagedstate.engines.conformance.observe.strict`), ``("raised", error class)``
+    for a refusal (a :class:`~pagedstate.spec.errors.PagedStateError`), and every
+    coordinator call the action made with its answer. On the store under test any other
+    exception is ``("crashed", text)`` and a write to a sequence it was given is
+    ``("wrote", text)`` (undone); neither ever equals the reference's outcome."""
     name, args = action
+    seqs = world.seqs
+    seen = [(s.state_slot, s.has_per_req_cache) for s in seqs]
+    calls: list[tuple[Any, ...]] = []
+    LOG.calls, LOG.depth = calls, 0
     try:
-        return "ok", world.act(name, *args)
+        out: tuple[str, Any] = ("ok", strict(world.act(name, *args)))
     except PagedStateError as exc:
-        return "raised", type(exc)
+        out = ("raised", type(exc))
     except Exception as exc:
         if not under_test:
             raise
-        return "crashed", f"{type(exc).__name__}: {exc}"
+        out = ("crashed", f"{type(exc).__name__}: {exc}")
+    finally:
+        LOG.calls, LOG.depth = None, 0
+    now = [(s.state_slot, s.has_per_req_cache) for s in seqs]
+    if now != seen:
+        written = [
+            f"{s!r}: (state_slot, has_per_req_cache) {a} -> {b}"
+            for s, a, b in zip(seqs, seen, now, strict=True)
+            if a != b
+        ]
+        for s, (slot, cache) in zip(seqs, seen, strict=True):
+            s.state_slot, s.has_per_req_cache = slot, cache
+        if not under_test:
+            raise ConformanceFailure("the reference wrote a sequence: " + "; ".join(written))
+        out = ("wrote", "it wrote a sequence it was given: " + "; ".join(written))
+    return (*out, tuple(calls))
+
+
+def _differ(r: Outcome, s: Outcome) -> str:
+    """What differs between two unequal outcomes of :func:`_call`."""
+    if r[:2] != s[:2]:
+        return (
+            f"results differ: the reference {r[0]} {_show(r[1])}, the store under test"
+            f" {s[0]} {_show(s[1])}"
+        )
+    for i, (a, b) in enumerate(zip(r[2], s[2], strict=False)):
+        if a != b:
+            return (
+                f"call {i + 1} of the action differs: the reference's {a[0]} {a[1]}"
+                f" {_show(a[2])}, the store under test's {b[0]} {b[1]} {_show(b[2])}"
+            )
+    return (
+        f"the calls differ: the reference made {[c[0] for c in r[2]]}, the store under test"
+        f" {[c[0] for c in s[2]]}"
+    )
+
+
+def _show(value: Any) -> str:
+    """A strict value (or an error class) as it would print (``1``, ``True``, ``1.0``,
+    ``(0, 1)`` and ``[0, 1]`` all read differently)."""
+    if isinstance(value, type):
+        return value.__name__
+    if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], type)):
+        return repr(value)
+    t, v = value
+    if t is tuple:
+        return "(" + ", ".join(_show(x) for x in v) + ("," if len(v) == 1 else "") + ")"
+    if t is list:
+        return "[" + ", ".join(_show(x) for x in v) + "]"
+    if t is dict:
+        return "{" + ", ".join(f"{k!r}: {_show(x)}" for k, x in v.items()) + "}"
+    if t is frozenset or t is set:
+        return f"{t.__name__}({{{', '.join(sorted(_show(x) for x in v))}}})"
+    if attrs.has(t) and isinstance(v, tuple):
+        names = [f.name for f in attrs.fields(t)]
+        inner = ", ".join(f"{n}={_show(x)}" for n, x in zip(names, v, strict=True))
+        return f"{t.__name__}({inner})"
+    return repr(v)
 
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+def _config_of(config: Any) -> Config:
+    if isinstance(config, str):
+        if config not in CONFIGS:
+            raise KeyError(f"no configuration {config!r}; known: {', '.join(CONFIGS)}")
+        config = CONFIGS[config]
+    if not isinstance(config, Config):
+        raise TypeError(
+            f"config must be a pagedstate.models.world.Config or the name of one, got {config!r}"
+        )
+    if config.symmetry:
+        raise ValueError(
+            f"config {config.name!r} has symmetry on: the kit drives one state of each class"
+            " of states equal up to renaming the sequences, so a store that treats one slot"
+            " unlike another could pass; use attrs.evolve(config, symmetry=False)"
+        )
+    return config
+
+
+def _check_bounds(max_depth: Any, max_states: Any, mode: Any, progress: Any) -> None:
+    for label, value in (("max_depth", max_depth), ("max_states", max_states)):
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
+            raise ValueError(f"{label} must be an int >= 1 or None, got {value!r}")
+    if not isinstance(mode, str) or mode not in ("auto", "clone", "replay"):
+        raise ValueError(f"mode must be 'auto', 'clone' or 'replay', got {mode!r}")
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be callable or None, got {progress!r}")
+
+
+def _sweep(
+    rw: World,
+    sw: FollowerWorld,
+    asked: tuple[Any, ...],
+    snap: Snapshot,
+    fail: Callable[[FollowerWorld, str], ConformanceFailure],
+) -> None:
+    """Ask both coordinators every read-only question; each answer must agree, and the
+    questions must leave the store under test's snapshot as it was."""
+    want = answers(rw.coord, asked)
+    with _as(sw):
+        got = answers(sw.coord, asked)
+    if want != got:
+        for (name, args), a, b in zip(asked, want, got, strict=True):
+            if a != b:
+                q = name if args is None else f"{name}({', '.join(map(repr, args))})"
+                raise fail(
+                    sw,
+                    f"in the state it reached, {q} answers differ: the reference {a[0]}"
+                    f" {_show(a[1])}, the store under test {b[0]} {_show(b[1])}",
+                )
+    if sw.snapshot() != snap:
+        raise fail(sw, "the read-only questions asked in the state it reached changed it")
 
 
 def run_exhaustive(
@@ -409,13 +579,19 @@ def run_exhaustive(
         factory, pool_factory: as :func:`~pagedstate.engines.conformance.conformance_machine`
             (``pool_factory(num_units)``; default the reference pool).
         config: a :class:`~pagedstate.models.world.Config` or the name of one of the
-            explorer's (``tiny``, ``default``, ``wide``, ``overlap``, ...).
+            explorer's (``tiny``, ``default``, ``wide``, ``overlap``: :data:`CONFIGS
+            <pagedstate.models.explorer.CONFIGS>`).
         max_depth: the depth bound (actions from the initial state); default the
-            configuration's own ``max_depth``.
-        mode: ``"clone"``, ``"replay"`` or ``"auto"`` (see the module docstring).
+            configuration's own ``max_depth``. ``default`` to depth 6 takes seconds, to
+            9, minutes (``docs/conformance.md``).
+        mode: ``"clone"`` (copies of the store under test from its coordinator's
+            ``clone()``), ``"replay"`` (a fresh store from the factories, the trace
+            replayed) or ``"auto"`` (clone when the coordinator has ``clone``); see the
+            docstring of :mod:`pagedstate.engines.conformance.exhaustive`.
         check_drain: also drive a copy of every new state of the store under test to
             quiescence and require every unit back (about twice the time).
-        max_states: stop after this many distinct states (a smoke run); ``None``: no limit.
+        max_states: stop after this many distinct states (a smoke run; the report of a run
+            cut short has ``distinct == max_states``); ``None``: no limit.
         progress: called with a line of progress about every ``progress_every_s`` seconds
             and at the end (default: printed to stderr); ``None`` for silence.
         progress_every_s: seconds between progress lines.
@@ -427,23 +603,20 @@ def run_exhaustive(
         ConformanceFailure (an AssertionError): the first disagreement; the message names
             the trace from the initial state (``[(action, args), ...]``, the explorer's
             actions, :meth:`World.act <pagedstate.models.world.World.act>`), the call and
-            both outcomes or the differing snapshot fields.
+            both outcomes or the differing snapshot fields (each as ``reference != store
+            under test``). An exception of the store under test other than a
+            :class:`~pagedstate.spec.errors.PagedStateError` is such a failure
+            (``crashed``), not raised.
         KeyError: ``config`` names no configuration.
-        ValueError: a bad ``mode``, ``max_depth`` or ``max_states``.
+        ValueError: a bad ``mode``, ``max_depth``, ``max_states`` or ``progress_every_s``.
     """
-    from pagedstate.models.reference import UnitPool
+    from pagedstate.models.reference import PagedStateCheckpointCoordinator, UnitPool
 
-    if isinstance(config, str):
-        if config not in CONFIGS:
-            raise KeyError(f"no configuration {config!r}; known: {', '.join(CONFIGS)}")
-        cfg = CONFIGS[config]
-    else:
-        cfg = config
-    for label, value in (("max_depth", max_depth), ("max_states", max_states)):
-        if value is not None and (
-            not isinstance(value, int) or isinstance(value, bool) or value < 1
-        ):
-            raise ValueError(f"{label} must be an int >= 1 or None, got {value!r}")
+    cfg = _config_of(config)
+    _check_bounds(max_depth, max_states, mode, progress)
+    _check_world_args(cfg, factory, pool_factory or UnitPool, mode)
+    if not isinstance(check_drain, bool):
+        raise TypeError(f"check_drain must be a bool, got {check_drain!r}")
     if (
         isinstance(progress_every_s, bool)
         or not isinstance(progress_every_s, (int, float))
@@ -453,28 +626,21 @@ def run_exhaustive(
     bound = cfg.max_depth if max_depth is None else max_depth
     t0 = time.perf_counter()
     rsink: set[tuple[str, int]] = set()
-    ref = cfg.build()
+    ref = cfg.build(recording_reference(PagedStateCheckpointCoordinator))
     ref.coord.row_sink = rsink
     sut = follower_world(cfg, factory, pool_factory or UnitPool, mode=mode)
-    parents: dict[Any, tuple[Any, Action] | None] = {ref.key(): None}
+    asked = questions(cfg)
 
-    def trace(key: Any, last: Action | None = None) -> list[Action]:
-        steps = [] if last is None else [last]
-        while (entry := parents[key]) is not None:
-            key, act = entry
-            steps.append(act)
-        return steps[::-1]
-
-    def fail(key: Any, action: Action | None, what: str) -> ConformanceFailure:
+    def fail(w: FollowerWorld, what: str) -> ConformanceFailure:
         return ConformanceFailure(
-            f"exhaustive ({cfg.name}, {sut.mode}): after the trace {trace(key, action)}: {what}"
+            f"exhaustive ({cfg.name}, {sut.mode}): after the trace {list(w.trace)}: {what}"
         )
 
     first = ref.snapshot(), sut.snapshot()
     if first[0] != first[1]:
-        raise fail(
-            ref.key(), None, "initial snapshots differ: " + "; ".join(first[0].diff(first[1]))
-        )
+        raise fail(sut, "initial snapshots differ: " + "; ".join(first[0].diff(first[1])))
+    _sweep(ref, sut, asked, first[1], fail)
+    seen: set[Any] = {ref.key()}
     distinct, transitions, refused, depth_seen = 1, 0, 0, 0
     next_tick = time.perf_counter() + progress_every_s
     queue: deque[tuple[World, FollowerWorld, Any, int]] = deque([(ref, sut, ref.key(), 0)])
@@ -487,37 +653,37 @@ def run_exhaustive(
             rn, sn = rw.clone(), sw.clone()
             r, s = _call(rn, action), _call(sn, action, under_test=True)
             transitions += 1
-            rs, ss = rn.snapshot(), sn.snapshot()
             if r != s:
-                raise fail(
-                    key,
-                    action,
-                    f"results differ: the reference {r[0]} {r[1]!r}, the store under test"
-                    f" {s[0]} {s[1]!r}",
-                )
+                raise fail(sn, _differ(r, s))
+            rs, ss = rn.snapshot(), sn.snapshot()
             if rs != ss:
-                raise fail(key, action, "snapshots differ: " + "; ".join(rs.diff(ss)))
+                raise fail(sn, "snapshots differ: " + "; ".join(rs.diff(ss)))
             if r[0] == "raised":
                 refused += 1
                 if ss != before:
-                    raise fail(key, action, f"refused ({r[1].__name__}) but its snapshot changed")
+                    raise fail(sn, f"refused ({r[1].__name__}) but its snapshot changed")
+                if rn.key() == key:
+                    # Go on from the copies that refused: G8 says they are the state they
+                    # were, and what a refusal left hidden shows in the actions after it.
+                    rw, sw = rn, sn
                 continue
             nkey = rn.key()
-            if nkey in parents:
+            if nkey in seen:
                 continue
-            parents[nkey] = (key, action)
+            seen.add(nkey)
             distinct += 1
             depth_seen = max(depth_seen, depth + 1)
             found = sn.self_check()
             if found:
-                raise fail(key, action, "its own self_check reports: " + "; ".join(found))
+                raise fail(sn, "its own self_check reports: " + "; ".join(found))
             found = sn.problems()
             if found:
-                raise fail(key, action, "the environment's checks: " + "; ".join(found))
+                raise fail(sn, "the environment's checks: " + "; ".join(found))
+            _sweep(rn, sn, asked, ss, fail)
             if check_drain:
                 found = sn.drain_problems()
                 if found:
-                    raise fail(key, action, "driven to quiescence: " + "; ".join(found))
+                    raise fail(sn, "driven to quiescence: " + "; ".join(found))
             if bound is None or depth + 1 < bound:
                 queue.append((rn, sn, nkey, depth + 1))
             if max_states is not None and distinct >= max_states:
@@ -569,21 +735,41 @@ def run_exhaustive_plan(
     factory: CoordinatorFactory,
     pool_factory: PoolFactory | None = None,
     *,
-    plan: tuple[tuple[Config, int], ...] = EXHAUSTIVE_PLAN,
+    plan: Sequence[tuple[Config, int]] | None = None,
     mode: Mode = "auto",
     max_states: int | None = None,
     progress: Callable[[str], None] | None = _stderr,
 ) -> list[ExhaustiveReport]:
     """:func:`run_exhaustive` over each ``(configuration, depth bound)`` of ``plan`` in
-    turn (default :data:`EXHAUSTIVE_PLAN`); stops at the first failure.
+    turn (default :data:`EXHAUSTIVE_PLAN`: ``default`` to depth 9, ``overlap`` to 7, ``tiny``
+    with two completion tokens to 8; about six minutes for :mod:`pagedstate.impl`); stops at
+    the first failure.
+
+    Args:
+        factory, pool_factory: as :func:`run_exhaustive`.
+        plan: ``(Config, depth bound)`` pairs, run in order (``None``:
+            :data:`EXHAUSTIVE_PLAN`); every entry is checked before the first runs.
+        mode, max_states, progress: passed to each :func:`run_exhaustive` (``check_drain``
+            is off).
 
     Returns:
         One report per configuration, in plan order.
 
     Raises:
         ConformanceFailure: as :func:`run_exhaustive`.
-        ValueError: as :func:`run_exhaustive`.
+        TypeError, ValueError: as :func:`run_exhaustive`, or an entry of ``plan`` is not a
+            ``(Config, int >= 1)`` pair; raised before any configuration runs.
     """
+    plan = EXHAUSTIVE_PLAN if plan is None else tuple(plan)
+    for entry in plan:
+        if not (isinstance(entry, tuple) and len(entry) == 2):
+            raise ValueError(f"a plan entry must be a (Config, depth bound) pair, got {entry!r}")
+        _config_of(entry[0])
+        _check_bounds(entry[1], max_states, mode, progress)
+        if entry[1] is None:
+            raise ValueError(f"a plan entry's depth bound must be an int >= 1, got {entry!r}")
+    if plan:
+        _check_world_args(plan[0][0], factory, pool_factory or _reference_pool(), mode)
     return [
         run_exhaustive(
             factory,
@@ -596,3 +782,9 @@ def run_exhaustive_plan(
         )
         for cfg, depth in plan
     ]
+
+
+def _reference_pool() -> PoolFactory:
+    from pagedstate.models.reference import UnitPool
+
+    return UnitPool

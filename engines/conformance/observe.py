@@ -1,0 +1,230 @@
+"""What the exhaustive mode sees of a store: every answer of every call, and a sweep of
+read-only questions.
+
+:func:`~pagedstate.engines.conformance.run_exhaustive` drives the reference and the store
+under test through the explorer's world (:class:`pagedstate.models.world.World`), whose
+actions return only some of the coordinator's answers (a drain's ops, a restore's bool). So
+that every answer is compared, both coordinators are observed while an action runs: each
+call of a coordinator method (and each read of ``last_forward``/``next_forward``) the world
+makes is logged with its answer or the class of the error it raised. The reference is
+observed by a subclass (:func:`recording_reference`), the store under test through a proxy
+(:class:`Observed`) that forwards everything else. Only the outermost calls are logged: a
+method that calls another of its own coordinator's methods logs once.
+
+Answers are compared by value and by type, all the way down (:func:`strict`): ``1`` is not
+``True``, ``1.0`` is not ``1``, a list is not a tuple.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from pagedstate.models.world import Config
+
+__all__ = ["RECORDED", "Observed", "questions", "recording_reference", "strict"]
+
+#: The coordinator calls whose answers are logged: every method of
+#: :class:`~pagedstate.spec.protocols.CoordinatorProtocol` the world calls or could, plus
+#: the two forward properties it reads. Left out: ``snapshot`` (compared on its own),
+#: ``clone`` and the attachments made once at construction.
+RECORDED: frozenset[str] = frozenset(
+    {
+        "acquire_checkpoint_source",
+        "adopt_transfer_units",
+        "applies",
+        "begin_restore",
+        "cancel_midstep",
+        "checkpoint",
+        "checkpoint_fates",
+        "clear_index",
+        "complete_previous_batch",
+        "contains",
+        "ensure_free_units",
+        "forget_pending",
+        "has_available_units",
+        "has_offload_pins",
+        "is_idle",
+        "last_forward",
+        "next_forward",
+        "outstanding",
+        "publish_midstep",
+        "reclaim_stale_offload_pins",
+        "release_offload_store_source",
+        "release_suspended_restore",
+        "release_transfer_units",
+        "reserve_midstep",
+        "reserve_transfer_units",
+        "restore_queued_for",
+        "resumable_hit",
+        "resume_suspended_restore",
+        "settle_completions",
+        "settle_offload_store",
+        "suspend_queued_restore",
+        "take_checkpoint_ops",
+        "take_offload_stores",
+        "unindex",
+        "was_reclaimed",
+    }
+)
+
+_PROPERTIES = frozenset({"last_forward", "next_forward"})
+
+
+@attrs.define
+class _Log:
+    """The calls of the action now running (``None``: not logging) and the call depth."""
+
+    calls: list[tuple[Any, ...]] | None = None
+    depth: int = 0
+
+
+LOG = _Log()
+
+_SCALARS = (bool, int, float, str, bytes, type(None))
+
+
+def strict(value: Any) -> Any:
+    """``value`` with its type at every level, for comparisons where ``1 != True``.
+
+    Tuples, lists, dicts, sets and attrs instances are taken apart (field by field); other
+    objects are compared as they are, with their type beside them.
+    """
+    t = type(value)
+    if t in _SCALARS:
+        return (t, value)
+    if t is tuple or t is list:
+        return (t, tuple(strict(x) for x in value))
+    if t is dict:
+        return (t, {k: strict(x) for k, x in value.items()})
+    if t is frozenset or t is set:
+        return (t, frozenset(strict(x) for x in value))
+    names = _FIELDS.get(t)
+    if names is None:
+        names = _FIELDS[t] = tuple(f.name for f in attrs.fields(t)) if attrs.has(t) else ()
+    if names:
+        return (t, tuple(strict(getattr(value, n)) for n in names))
+    return (t, value)
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _logged(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        log = LOG
+        if log.depth or log.calls is None:
+            return fn(*args, **kwargs)
+        log.depth += 1
+        try:
+            out = fn(*args, **kwargs)
+        except BaseException as exc:
+            log.depth -= 1
+            if log.calls is not None:
+                log.calls.append((name, "raised", type(exc)))
+            raise
+        log.depth -= 1
+        if log.calls is not None:
+            log.calls.append((name, "ok", strict(out)))
+        return out
+
+    return call
+
+
+def _note_read(name: str, value: Any) -> None:
+    if LOG.calls is not None and not LOG.depth:
+        LOG.calls.append((name, "ok", strict(value)))
+
+
+@functools.cache
+def recording_reference(cls: type) -> type:
+    """A subclass of the reference coordinator class ``cls`` whose :data:`RECORDED` calls
+    are logged (its ``clone`` keeps the class)."""
+    ns: dict[str, Any] = {}
+    for name in RECORDED:
+        attr = inspect.getattr_static(cls, name, None)
+        if isinstance(attr, property):
+            fget = attr.fget
+            assert fget is not None
+
+            def read(self: Any, _name: str = name, _fget: Any = fget) -> Any:
+                value = _fget(self)
+                _note_read(_name, value)
+                return value
+
+            ns[name] = property(read)
+        elif callable(attr):
+            ns[name] = functools.wraps(attr)(_logged(name, attr))
+    missing = _PROPERTIES - {n for n, a in ns.items() if isinstance(a, property)}
+    if missing:  # the proxy logs these reads; the reference must too
+        raise TypeError(f"{cls.__name__}: {sorted(missing)} are not properties")
+    return type(f"Recording{cls.__name__}", (cls,), ns)
+
+
+class Observed:
+    """A store under test's coordinator behind a proxy that logs its :data:`RECORDED`
+    calls and forwards every other attribute (reads and writes) unchanged."""
+
+    __slots__ = ("_target",)
+
+    def __init__(self, target: Any) -> None:
+        object.__setattr__(self, "_target", target)
+
+    @property
+    def target(self) -> Any:
+        """The coordinator itself."""
+        return self._target
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, name)
+        if name in RECORDED:
+            if name in _PROPERTIES:
+                _note_read(name, value)
+                return value
+            if callable(value):
+                return _logged(name, value)
+        return value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._target, name, value)
+
+    def __repr__(self) -> str:
+        return f"Observed({self._target!r})"
+
+
+#: A read-only question: (method or property name, arguments; ``None`` for a property).
+Question = tuple[str, tuple[Any, ...] | None]
+
+
+def questions(cfg: Config) -> tuple[Question, ...]:
+    """The read-only questions asked of both coordinators in every new state: ``contains``
+    of each hash, ``restore_queued_for`` of each slot (and one past them),
+    ``has_available_units(count, protected)`` for every count up to two past the pool and
+    every protected hash, ``is_idle``, ``outstanding``, ``has_offload_pins``,
+    ``checkpoint_fates`` and the two forward properties."""
+    hashes = range(1, cfg.hashes + 1)
+    out: list[Question] = [("contains", (h,)) for h in hashes]
+    out += [("restore_queued_for", (s,)) for s in range(cfg.seqs + cfg.scratch_slots + 1)]
+    out += [("has_available_units", (k, p)) for k in range(cfg.units + 2) for p in (None, *hashes)]
+    out += [("is_idle", ()), ("outstanding", ()), ("has_offload_pins", ())]
+    out += [("checkpoint_fates", ()), ("last_forward", None), ("next_forward", None)]
+    return tuple(out)
+
+
+def answers(coord: Any, asked: tuple[Question, ...]) -> list[Any]:
+    """``coord``'s answer to each question (strict; a raised error as its class). An
+    :class:`Observed` coordinator is asked directly."""
+    if type(coord) is Observed:
+        coord = coord.target
+    out: list[Any] = []
+    for name, args in asked:
+        try:
+            value = getattr(coord, name)
+            out.append(("ok", strict(value if args is None else value(*args))))
+        except Exception as exc:  # noqa: BLE001 - every outcome is compared
+            out.append(("raised", type(exc)))
+    return out
