@@ -11,6 +11,7 @@ closed set, the choices.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -94,6 +95,9 @@ BAD: list[tuple[str, list[str]]] = [
     ("explore", ["explore", "--json", "/proc/pagedstate-cex.json"]),
     ("explore", ["explore", "--json", "/proc/version"]),
     ("explore", ["explore", "--bogus"]),
+    ("explore", ["explore", "--max-memory-mb", "0"]),
+    ("explore", ["explore", "--max-memory-mb", "lots"]),
+    ("explore", ["explore", "--max-memory-mb", "4096"]),  # needs --workers 2 or more
     # render: a folder to check that is not one, a folder to write that cannot be one
     ("render", ["render", "--check", "{MISSING}"]),
     ("render", ["render", "--check", "{FILE}"]),
@@ -283,3 +287,18 @@ def test_explore_prints_progress_lines_off_a_terminal(
     assert len(lines) >= 3, err
     assert all(" distinct, depth " in line and " at the depth bound" in line for line in lines)
     assert "distinct states found" in out  # the report, on stdout
+
+
+def test_the_explore_help_names_each_configuration_s_depth_bound() -> None:
+    """``--max-depth``'s help states every configuration's default bound; it is written
+    out (the CLI does not import the explorer to build its parser), so it must be kept
+    true by hand: this test does."""
+    from pagedstate.models.cli import explore as explore_cli
+    from pagedstate.models.explorer import CONFIGS
+
+    parser = argparse.ArgumentParser()
+    explore_cli.add_parser(parser.add_subparsers())
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    action = next(a for a in sub.choices["explore"]._actions if a.dest == "max_depth")
+    for name, cfg in CONFIGS.items():
+        assert f"{name} {cfg.max_depth}" in (action.help or "")

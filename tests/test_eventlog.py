@@ -140,7 +140,8 @@ class Driver:
         k = rng.randrange(44)
         if k == 0:
             if orng.random() < 0.3:  # an explicit forward id, sometimes skipping one
-                self.call("c", "take_checkpoint_ops", forward=self.c.next_forward + orng.randrange(2))
+                forward = self.c.next_forward + orng.randrange(2)
+                self.call("c", "take_checkpoint_ops", forward=forward)
             else:
                 self.call("c", "take_checkpoint_ops")
         elif k == 1:

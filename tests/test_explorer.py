@@ -13,6 +13,7 @@ sequential one, and a drain check that can fail.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,7 @@ from pagedstate.models.explorer import (
     replay,
 )
 from pagedstate.models.mutants import MUTANTS
+from pagedstate.models.reference import PagedStateCheckpointCoordinator
 from pagedstate.models.world import KV_OWNER, Action, Config, World
 from pagedstate.spec import check_invariants
 from pagedstate.spec.types import CHECKPOINT_OWNER
@@ -495,6 +497,14 @@ _SEARCHES = pytest.mark.parametrize(
 )
 
 
+def _patch_time(monkeypatch: pytest.MonkeyPatch, clock: Any) -> None:
+    """The searches' clock (both modules: the parallel search lives in its own)."""
+    from pagedstate.models import explorer, explorer_parallel
+
+    monkeypatch.setattr(explorer, "time", clock)
+    monkeypatch.setattr(explorer_parallel, "time", clock)
+
+
 @_SEARCHES
 @pytest.mark.parametrize("clock", [None, "every", "once"])
 def test_states_left_on_queue_are_those_at_the_depth_bound(
@@ -505,13 +515,11 @@ def test_states_left_on_queue_are_those_at_the_depth_bound(
     after every expansion or once early on. Before, the sequential search's progress call
     overwrote the count with the queue's length and the depth-bound branch then added to
     it: twice the count with progress every step, queue length plus count with one call."""
-    from pagedstate.models import explorer as explorer_module
-
     cfg = attrs.evolve(TINY, max_depth=4)
     sizes = _level_sizes(cfg)
     seen: list[Report] = []
     if clock is not None:
-        monkeypatch.setattr(explorer_module, "time", _Clock(clock))
+        _patch_time(monkeypatch, _Clock(clock))
     report = search(cfg, progress=None if clock is None else seen.append)
 
     assert report.distinct == sum(sizes) and report.depth == 4
@@ -530,10 +538,8 @@ def test_a_complete_search_stays_complete_with_progress(
     """A search that exhausts its space is complete, with nothing left on the queue, also
     when ``progress`` was called while the queue was not empty (before, the sequential
     search kept that queue length and reported a "depth bound" on a config without one)."""
-    from pagedstate.models import explorer as explorer_module
-
     if clock is not None:
-        monkeypatch.setattr(explorer_module, "time", _Clock(clock))
+        _patch_time(monkeypatch, _Clock(clock))
     report = search(_MICRO, progress=None if clock is None else lambda r: None)
 
     assert report.frontier_left == 0, report.frontier_left
@@ -548,11 +554,9 @@ def test_states_left_at_a_state_bound_do_not_depend_on_progress(
     """Stopped by ``max_states``, the count is the states still queued (none yet at the
     depth bound), the same with progress after every expansion; progress saw the live
     queue, never a count above the distinct states found."""
-    from pagedstate.models import explorer as explorer_module
-
     plain = explore(TINY, max_states=500)
     seen: list[tuple[int, int, int]] = []
-    monkeypatch.setattr(explorer_module, "time", _Clock("every"))
+    _patch_time(monkeypatch, _Clock("every"))
     ticked = explore(
         TINY, max_states=500, progress=lambda r: seen.append((r.distinct, r.queued, r.depth))
     )
@@ -568,12 +572,10 @@ def test_parallel_progress_comes_within_a_level(monkeypatch: pytest.MonkeyPatch)
     """The parallel search calls ``progress`` in the middle of a level too (a level of
     ``default`` takes minutes; before, it was called once per level), with counts that
     only grow and never pass the final ones."""
-    from pagedstate.models import explorer as explorer_module
-
     cfg = attrs.evolve(TINY, max_depth=4)
     sizes = _level_sizes(cfg)
     seen: list[tuple[int, int]] = []
-    monkeypatch.setattr(explorer_module, "time", _Clock("every"))
+    _patch_time(monkeypatch, _Clock("every"))
     report = explore_parallel(
         cfg, workers=2, progress=lambda r: seen.append((r.generated, r.distinct))
     )
@@ -630,3 +632,59 @@ def test_drain_waits_for_tokens() -> None:
     world = _run(_TOKEN)
     assert world.drain_problems() == []
     assert world.snapshot().completions == ((0,),) and not world.tokens[0][0].done
+
+
+_MAIN_PID = os.getpid()
+
+
+class DiesInAWorker(PagedStateCheckpointCoordinator):
+    """Exits at its first checkpoint in any process but the test's (pickled by name)."""
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        if os.getpid() != _MAIN_PID:
+            os._exit(3)
+        return super().checkpoint(*args, **kwargs)
+
+
+@pytest.mark.parametrize("with_progress", [False, True])
+def test_a_worker_that_dies_is_an_error_not_a_hang(with_progress: bool) -> None:
+    """A worker killed mid-search (the kernel's OOM killer, here os._exit) ends the search
+    with a RuntimeError naming it and its exit code, instead of a receive that waits for
+    ever (the main process used to keep the child's end of each pipe open)."""
+    import signal
+
+    def hung(*_: Any) -> None:
+        raise TimeoutError("explore_parallel hung after a worker died")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    try:
+        with pytest.raises(RuntimeError, match=r"worker \d of 2 died, exit code 3"):
+            explore_parallel(
+                attrs.evolve(CONFIGS["tiny"], max_depth=4),
+                workers=2,
+                coordinator_factory=DiesInAWorker,
+                progress=(lambda r: None) if with_progress else None,
+            )
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_the_memory_bound_stops_the_parallel_search_in_a_level() -> None:
+    cfg = attrs.evolve(CONFIGS["tiny"], max_depth=5)
+    free = explore_parallel(cfg, workers=2)
+    assert free.stopped == "depth bound"
+    # 1 MiB: every process is over its share at once, so the first level ends the search
+    bound = explore_parallel(cfg, workers=2, max_memory_mb=1.0)
+    assert bound.stopped == "memory bound"
+    assert bound.distinct < free.distinct and bound.frontier_left > 0
+    assert bound.violation is None
+    roomy = explore_parallel(cfg, workers=2, max_memory_mb=1e9)
+    assert (roomy.stopped, roomy.distinct) == ("depth bound", free.distinct)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan")])
+def test_a_bad_memory_bound_is_refused(bad: float) -> None:
+    with pytest.raises(ValueError, match="max_memory_mb"):
+        explore_parallel("tiny", workers=2, max_memory_mb=bad)

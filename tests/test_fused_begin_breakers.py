@@ -266,11 +266,12 @@ def _kv_lockstep(
 def test_fast_begin_matches_the_general_path_over_a_kv_pool(reenter: bool, callback: bool) -> None:
     """Random runs over a small pool with cached KV units, engine reservations and an
     ``on_evict`` that unindexes (and, re-entrant, begins stores, makes room, clears,
-    completes, or raises), or no ``on_evict`` at all: the fused begin and the general begin give the same return
-    values, callbacks (hashes, order, what they returned), rows (``row_sink`` and the
-    ``on_transition`` sequence with subjects) and the same pool and store internals (extents
-    and heap, tags and handles, per-owner counts, dirty index, victim heap, stamps, change
-    log) after every call; both pass ``self_check`` and SPEC C's invariants."""
+    completes, or raises), or no ``on_evict`` at all: the fused begin and the general begin
+    give the same return values, callbacks (hashes, order, what they returned), rows
+    (``row_sink`` and the ``on_transition`` sequence with subjects) and the same pool and
+    store internals (extents and heap, tags and handles, per-owner counts, dirty index,
+    victim heap, stamps, change log) after every call; both pass ``self_check`` and SPEC C's
+    invariants."""
     total: dict[str, int] = {}
     for seed in range(16):
         for n, sp in ((12, spec(10, 25)), (9, spec(10, 30)), (7, spec(10, 10))):

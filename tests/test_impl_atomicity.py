@@ -17,8 +17,8 @@ with cached KV blocks.
 from __future__ import annotations
 
 import math
-from array import array
 import random
+from array import array
 from collections import deque
 from collections.abc import Callable
 from typing import Any

@@ -3,7 +3,9 @@
 It runs ``tiny`` to its depth bound with and without symmetry reduction, ``default`` on
 one process for 60 s (the per-core rate), ``default`` to depth 10 on two processes with and
 without symmetry reduction (the reduction factor comes from this one run), and ``default``
-to depth 12 with symmetry over two processes with a 300 s budget (the issue's target),
+to depth 12 with symmetry over two processes within 300 s and 8 GiB (the issue's target;
+the memory bound stops the search before the machine runs out: unbounded, that run takes
+more than 20 GiB),
 printing distinct states, states generated, depth, wall seconds, distinct states per second
 and the peak resident set. Numbers are what this
 machine measured; nothing here is a timed test.
@@ -28,6 +30,7 @@ from pagedstate.models.world import Config
 __all__ = ["main", "run"]
 
 _MARK_BEGIN = "<!-- bench-explore:begin -->"
+_MEMORY_MB = 8192.0  # the bound, and safe on a 24 GiB machine
 _MARK_END = "<!-- bench-explore:end -->"
 
 
@@ -69,14 +72,14 @@ def run(quick: bool = False) -> str:
     sym = attrs.evolve(default, symmetry=True)
     deep = attrs.evolve(default, max_depth=12, symmetry=True)
     tiny_sym = attrs.evolve(CONFIGS["tiny"], symmetry=True)
-    # (key, label, config, workers, seconds)
+    # (key, label, config, workers, seconds); the depth-12 run is held to 8 GiB
     plan: list[tuple[str, str, Config | str, int, float | None]] = [
         ("tiny", "tiny (depth 7), 1 process", "tiny", 1, None),
         ("tiny-sym", "tiny (depth 7), 1 process, symmetry", tiny_sym, 1, None),
         ("one", "default, 1 process, first 60 s", "default", 1, 60.0),
         ("d10", "default to depth 10, 2 processes", default, 2, None),
         ("d10-sym", "default to depth 10, 2 processes, symmetry", sym, 2, None),
-        ("d12-sym", "default to depth 12, 2 processes, symmetry, 300 s budget", deep, 2, 300.0),
+        ("d12-sym", "default to depth 12, 2 processes, symmetry, 300 s, 8 GiB", deep, 2, 300.0),
     ]
     if quick:
         small = attrs.evolve(default, max_depth=6)
@@ -99,7 +102,8 @@ def run(quick: bool = False) -> str:
         if workers == 1:
             r = explore(cfg, max_seconds=seconds)
         else:
-            r = explore_parallel(cfg, workers=workers, max_seconds=seconds)
+            bound = _MEMORY_MB if key == "d12-sym" else None
+            r = explore_parallel(cfg, workers=workers, max_seconds=seconds, max_memory_mb=bound)
         results[key] = r
         rss[key] = _peak_rss_mib()
         lines.append(_row(label, r))
@@ -117,12 +121,13 @@ def run(quick: bool = False) -> str:
     d12 = results.get("d12-sym")
     if d12 is not None:
         reached = d12.depth if d12.stopped != "depth bound" else 12
-        met = d12.stopped == "depth bound" and d12.seconds <= 300 * 1.05 and rss["d12-sym"] <= 8192
+        met = d12.stopped == "depth bound" and d12.seconds <= 300 * 1.05
         lines.append(
             f"Target: `default` at depth >= 12 in <= 300 s on 2 cores, memory <= 8 GiB:"
             f" measured with symmetry {d12.distinct:,} distinct states, depth {reached}"
-            f" ({d12.stopped}) in {d12.seconds:.0f} s, peak RSS of the largest process so far"
-            f" {rss['d12-sym'] / 1024:.1f} GiB ({'met' if met else 'not met'})."
+            f" ({d12.stopped}) in {d12.seconds:.0f} s, within {_MEMORY_MB / 1024:.0f} GiB (peak"
+            f" RSS of the largest process so far {rss['d12-sym'] / 1024:.1f} GiB)"
+            f" ({'met' if met else 'not met'})."
         )
     per_core = max(
         (results[k].states_per_second for k in ("tiny", "one") if k in results), default=0.0

@@ -48,6 +48,11 @@ def _run_explore(args: argparse.Namespace) -> int:
     from pagedstate.models.explorer import CONFIGS, Report, explore, explore_parallel
 
     check_out_file(args.json, "--json")  # written at the end: checked before the search
+    if args.max_memory_mb is not None and args.workers < 2:
+        raise UsageError(
+            "argument --max-memory-mb: needs --workers 2 or more (the one-process search"
+            " has no memory bound)"
+        )
     console = Console(stderr=True)
     # Off a terminal (a CI log), one plain line every `_LOG_EVERY_S` seconds instead of the bar.
     plain = not args.quiet and not console.is_terminal
@@ -99,6 +104,7 @@ def _run_explore(args: argparse.Namespace) -> int:
                 cfg,
                 workers=args.workers,
                 max_states=args.max_states,
+                max_memory_mb=args.max_memory_mb,
                 check_drain=not args.no_drain,
                 progress=progress,
             )
@@ -168,7 +174,16 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "--max-depth",
         type=_positive_int,
         default=None,
-        help="the depth bound (>= 1; default the configuration's own)",
+        help="the depth bound (>= 1; default the configuration's own: tiny 7, default 10,"
+        " wide 14, overlap 8)",
+    )
+    explore.add_argument(
+        "--max-memory-mb",
+        type=_positive_int,
+        default=None,
+        help='with --workers >= 2: stop ("memory bound") before the search\'s resident'
+        " memory exceeds this many MiB (default: no bound; default to depth 11 with"
+        " --symmetry needs more than 16 GiB)",
     )
     explore.add_argument("--quiet", action="store_true", help="no progress bar")
     explore.set_defaults(func=_run_explore, subparser=explore)
