@@ -27,7 +27,7 @@ import json
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
@@ -37,9 +37,6 @@ from pagedstate.spec.tables import TABLES
 
 from .reference import PagedStateCheckpointCoordinator
 from .world import Action, Config, World
-
-if TYPE_CHECKING:
-    from .explorer_parallel import explore_parallel
 
 __all__ = [
     "CONFIGS",
@@ -661,11 +658,5 @@ def _explore(
     return report
 
 
-def __getattr__(name: str) -> Any:
-    # explore_parallel lives in explorer_parallel, which imports this module: loaded on
-    # first use, so either module may be imported first.
-    if name == "explore_parallel":
-        from .explorer_parallel import explore_parallel
-
-        return explore_parallel
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Last: explorer_parallel imports this module (either may come first).
+from .explorer_parallel import explore_parallel  # noqa: E402

@@ -8,15 +8,16 @@ import gc
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pagedstate.spec.errors import IllegalTransitionError, PagedStateError, PinUnderflowError
 from pagedstate.spec.snapshot import Snapshot, check_invariants, check_step_invariants
 
-from . import explorer as _explorer
-from .explorer import CONFIGS, GOALS, Report, Violation
 from .reference import PagedStateCheckpointCoordinator
 from .world import Action, Config, World
+
+if TYPE_CHECKING:
+    from .explorer import Report
 
 __all__ = ["explore_parallel"]
 
@@ -42,7 +43,16 @@ _TICK = "tick"
 
 
 def _rss_mb(pid: int | str = "self") -> float:
-    """The resident memory of process ``pid`` now (MiB; Linux ``/proc``; 0 if gone)."""
+    """The memory of process ``pid`` now (MiB, Linux ``/proc``; 0 if it is gone): its
+    proportional set size, so pages a forked worker shares with its parent count once
+    between them; its resident size where the kernel has no ``smaps_rollup``."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         with open(f"/proc/{pid}/statm") as f:
             pages = int(f.read().split()[1])
@@ -65,6 +75,7 @@ def _worker(
     drain_memo: bool = True,
     memory_cap_mb: float | None = None,
     memory_hit: Any = None,
+    time_hit: Any = None,
 ) -> None:
     import pickle
 
@@ -75,6 +86,7 @@ def _worker(
         ``memory_hit``, an event shared with the main process, is set: the resident size
         may fall again once the level's worlds are freed)."""
         if deadline is not None and time.perf_counter() >= deadline:
+            time_hit.set()
             return True
         if memory_cap_mb is not None and _rss_mb() >= memory_cap_mb:
             memory_hit.set()
@@ -98,7 +110,7 @@ def _worker(
     frontier: list[tuple[World, Any, Snapshot]] = []
     local: list[tuple[Any, Any, Action | None, World, Snapshot]] = []
     sent: set[Any] = set()
-    goal_checks = [(n, pred) for n, (applies, pred) in GOALS.items() if applies(cfg)]
+    goal_checks = [(n, pred) for n, (applies, pred) in _explorer.GOALS.items() if applies(cfg)]
     goals_met: set[str] = set()
     dropped_at_deadline = [0]
     # States of the last level (at the depth bound): checked, counted, never kept.
@@ -295,12 +307,12 @@ def explore_parallel(
     """:func:`explore` over ``workers`` forked processes (Linux; same checks, same report).
 
     ``max_states`` is honoured at level granularity: the search stops after the first
-    level that reaches it. ``max_seconds`` and ``max_memory_mb`` (resident memory of the
-    search, MiB: each of the ``workers + 1`` processes keeps to an equal share) stop it in
-    the middle of a level: ``stopped`` is then ``"time bound"`` or ``"memory bound"`` and
-    the states not yet checked are left on the queue. A violation's trace is a shortest
-    one (BFS level order), though not necessarily the same one the sequential search
-    reports.
+    level that reaches it. ``max_seconds`` and ``max_memory_mb`` (the search's memory in
+    MiB, as proportional set size: each of the ``workers + 1`` processes keeps to an equal
+    share) stop it in the middle of a level: ``stopped`` is then ``"time bound"`` or
+    ``"memory bound"`` and the states not yet checked are left on the queue. A
+    violation's trace is a shortest one (BFS level order), though not necessarily the same
+    one the sequential search reports.
 
     ``progress`` is called with the running report after every level and, in the middle
     of a level, about once a second with the workers' counts so far (a level of
@@ -308,8 +320,9 @@ def explore_parallel(
     same with or without it.
 
     Raises:
-        ValueError: ``workers`` is below 1, or ``max_memory_mb`` is not above 0.
-        KeyError: ``config`` is a name not in :data:`CONFIGS`.
+        ValueError: ``workers`` is not an int >= 1, or ``max_memory_mb`` is not a number
+            above 0.
+        KeyError: ``config`` is a name not in :data:`~pagedstate.models.explorer.CONFIGS`.
         RuntimeError: a worker died (e.g. killed for memory: ``default`` beyond depth 10
             takes more than 20 GiB); the others are stopped.
     """
@@ -317,22 +330,27 @@ def explore_parallel(
     import pickle
     from multiprocessing.connection import wait
 
-    cfg = CONFIGS[config] if isinstance(config, str) else config
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
-    if max_memory_mb is not None and not max_memory_mb > 0:
-        raise ValueError(f"max_memory_mb must be > 0 or None, got {max_memory_mb!r}")
+    cfg = _explorer.CONFIGS[config] if isinstance(config, str) else config
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+    if max_memory_mb is not None and (
+        isinstance(max_memory_mb, bool)
+        or not isinstance(max_memory_mb, (int, float))
+        or not max_memory_mb > 0
+    ):
+        raise ValueError(f"max_memory_mb must be a number > 0 or None, got {max_memory_mb!r}")
     share = None if max_memory_mb is None else max_memory_mb / (workers + 1)
-    report = Report(config=cfg)
+    report = _explorer.Report(config=cfg)
     t0 = time.perf_counter()
     ctx = multiprocessing.get_context("fork")
     memory_hit = ctx.Event()  # set by any process over its share of max_memory_mb
+    time_hit = ctx.Event()  # set by a worker that left states unchecked at the deadline
     gc.collect()
     init = cfg.build(coordinator_factory)
     init_key = init.key()
     s0 = init.snapshot()
     for name, msg in check_invariants(s0):
-        report.violation = Violation("Invariant", name, msg, ())
+        report.violation = _explorer.Violation("Invariant", name, msg, ())
         return report
     conns = []
     procs = []
@@ -351,6 +369,7 @@ def explore_parallel(
                 drain_memo,
                 share,
                 memory_hit,
+                time_hit,
             ),
             daemon=True,
         )
@@ -365,10 +384,14 @@ def explore_parallel(
     def dead(w: int, exc: BaseException) -> RuntimeError:
         procs[w].join(timeout=5)
         code = procs[w].exitcode
-        why = " (SIGKILL: out of memory?)" if code == -9 else ""
+        if code == -9:
+            why = " (SIGKILL: out of memory? reduce the depth bound, or set max_memory_mb)"
+        elif code == 1:
+            why = " (an exception in the worker: its traceback is above, on stderr)"
+        else:
+            why = ""
         return RuntimeError(
-            f"explore_parallel: worker {w} of {workers} died, exit code {code}{why}; reduce"
-            " the depth bound or max_states, or add memory"
+            f"explore_parallel: worker {w} of {workers} died, exit code {code}{why}"
         )
 
     def recv(w: int) -> Any:
@@ -482,8 +505,11 @@ def explore_parallel(
                 report.complete = True
                 report.stopped = "complete"
                 break
-            if out_of_time or over_memory():
-                report.stopped = "time bound" if out_of_time else "memory bound"
+            if over_memory():
+                report.stopped = "memory bound"
+                break
+            if out_of_time or time_hit.is_set():
+                report.stopped = "time bound"
                 break
             if max_states is not None and report.distinct >= max_states:
                 report.stopped = "state bound"
@@ -510,7 +536,7 @@ def explore_parallel(
         if violation is not None:
             kind, name, msg, key, last = violation
             report.stopped = "violation"
-            report.violation = Violation(kind, name, msg, trace_to(key, last))
+            report.violation = _explorer.Violation(kind, name, msg, trace_to(key, last))
         report.queued = report.at_depth_bound = 0
         for w in range(workers):
             send(w, ("finish",))
@@ -529,3 +555,7 @@ def explore_parallel(
                 proc.join()
     report.seconds = time.perf_counter() - t0
     return report
+
+
+# Last: pagedstate.models.explorer imports this module at its end (either may come first).
+from . import explorer as _explorer  # noqa: E402

@@ -688,3 +688,27 @@ def test_the_memory_bound_stops_the_parallel_search_in_a_level() -> None:
 def test_a_bad_memory_bound_is_refused(bad: float) -> None:
     with pytest.raises(ValueError, match="max_memory_mb"):
         explore_parallel("tiny", workers=2, max_memory_mb=bad)
+
+
+class RaisesInAWorker(PagedStateCheckpointCoordinator):
+    """Raises (not a refusal) at its first clear_index in any process but the test's."""
+
+    def clear_index(self) -> None:
+        if os.getpid() != _MAIN_PID:
+            raise KeyError("planted")
+        super().clear_index()
+
+
+def test_a_worker_that_raises_is_named_as_an_exception_not_as_memory() -> None:
+    with pytest.raises(RuntimeError, match="exit code 1 \\(an exception in the worker"):
+        explore_parallel(
+            attrs.evolve(CONFIGS["tiny"], max_depth=4),
+            workers=2,
+            coordinator_factory=RaisesInAWorker,
+        )
+
+
+@pytest.mark.parametrize("workers", [1.5, True, "2"])
+def test_a_bad_worker_count_is_refused_before_any_world_is_built(workers: Any) -> None:
+    with pytest.raises(ValueError, match="workers"):
+        explore_parallel("tiny", workers=workers)

@@ -595,3 +595,127 @@ def test_an_answer_of_the_wrong_type_reads_differently_in_the_message() -> None:
 def test_a_lying_query_is_named_in_the_message() -> None:
     with pytest.raises(ConformanceFailure, match=r"restore_queued_for\(\d\) answers differ"):
         _run(_RestoreQueuedForLies)
+
+
+# =========================================================================================
+# A second review (helper-33): holes found after the first fixes, each now closed.
+# =========================================================================================
+
+
+class _WritesTheSequenceInSnapshot(Ref):
+    """Writes a sequence from snapshot(), outside any action."""
+
+    def snapshot(self) -> Any:
+        for s, _h in self._pending.values():
+            s.has_per_req_cache = False
+        return super().snapshot()
+
+
+@pytest.mark.usefixtures("restore_seqs")
+def test_a_sequence_written_outside_an_action_is_caught_and_undone() -> None:
+    with pytest.raises(ConformanceFailure, match="wrote a sequence"):
+        _run(_WritesTheSequenceInSnapshot)
+    assert all(seq(i, i).has_per_req_cache for i in range(2))
+
+
+class _FloatBytesInOps(Ref):
+    def take_checkpoint_ops(self, **kw: Any) -> Any:
+        stores, restores = super().take_checkpoint_ops(**kw)
+        return tuple(o.evolve(total_bytes=float(o.total_bytes)) for o in stores), restores
+
+
+class _FloatBytesInTheLease(Ref):
+    def suspend_queued_restore(self, slot: int) -> Any:
+        lease = super().suspend_queued_restore(slot)
+        if lease is None:
+            return None
+        return attrs.evolve(lease, op=lease.op.evolve(total_bytes=float(lease.op.total_bytes)))
+
+
+class _FloatInTheSnapshot(Ref):
+    def snapshot(self) -> Any:
+        s = super().snapshot()
+        return attrs.evolve(s, num_units=float(s.num_units))
+
+
+@pytest.mark.parametrize(
+    "store",
+    [_FloatBytesInOps, _FloatBytesInTheLease, _FloatInTheSnapshot],
+    ids=lambda c: c.__name__,
+)
+def test_a_value_of_another_type_inside_an_op_a_lease_or_a_snapshot_is_caught(
+    store: Any,
+) -> None:
+    with pytest.raises(ConformanceFailure, match=r"1\.0|\d\.0"):
+        _run(store)
+
+
+class _ResumableHitLies(Ref):
+    def resumable_hit(self, s: Any, hit: int, block_hashes: Any, assume: bool = False) -> Any:
+        return hit
+
+
+class _AppliesLies(Ref):
+    def applies(self, s: Any) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("store", [_ResumableHitLies, _AppliesLies], ids=lambda c: c.__name__)
+def test_admission_questions_that_lie_are_caught(store: Any) -> None:
+    with pytest.raises(ConformanceFailure, match="resumable_hit|applies"):
+        _run(store)
+
+
+class _OwnList(list):  # type: ignore[type-arg]
+    pass
+
+
+class _AnswersAListSubclass(Ref):
+    def take_offload_stores(self, max_inflight: Any) -> Any:
+        return _OwnList(super().take_offload_stores(max_inflight))
+
+
+def test_an_answer_of_a_subclass_is_caught_and_named() -> None:
+    with pytest.raises(ConformanceFailure, match=r"\(_OwnList\)"):
+        _run(_AnswersAListSubclass)
+
+
+class _SnapshotCrashesLater(Ref):
+    def snapshot(self) -> Any:
+        if self._transfer_units:
+            raise KeyError("boom")
+        return super().snapshot()
+
+
+class _SelfCheckReturnsNone(Ref):
+    def self_check(self) -> Any:
+        return None
+
+
+def test_a_crash_outside_an_action_is_a_failure_with_its_trace() -> None:
+    with pytest.raises(
+        ConformanceFailure, match=r"after the trace \[.*snapshot\(\) raised KeyError"
+    ):
+        _run(_SnapshotCrashesLater)
+    with pytest.raises(ConformanceFailure, match="self_check"):
+        _run(_SelfCheckReturnsNone)
+
+
+@pytest.mark.parametrize("depth", [0, -3, 2.5, True, "3"])
+def test_a_config_with_a_bad_depth_bound_is_refused_before_any_store_is_built(depth: Any) -> None:
+    built: list[int] = []
+
+    def factory(*args: Any, **kwargs: Any) -> Any:
+        built.append(1)
+        return Ref(*args, **kwargs)
+
+    with pytest.raises(ValueError, match="max_depth"):
+        _run(factory, cfg=attrs.evolve(CONFIGS["tiny"], max_depth=depth))
+    assert built == []
+
+
+def test_plan_entries_may_name_configurations_and_an_empty_plan_still_checks_arguments() -> None:
+    reports = run_exhaustive_plan(Ref, plan=(("tiny", 2), (T5, 2)), progress=None)
+    assert [r.config for r in reports] == ["tiny", "tiny-5"]
+    with pytest.raises(TypeError):
+        run_exhaustive_plan(None, plan=(), progress=None)  # type: ignore[arg-type]

@@ -68,6 +68,7 @@ from pagedstate.models.world import (
     quiescence_problems,
 )
 from pagedstate.spec.errors import PagedStateError
+from pagedstate.spec.ops import _ImageOp
 from pagedstate.spec.snapshot import Snapshot
 from pagedstate.spec.types import CHECKPOINT_OWNER
 
@@ -109,12 +110,45 @@ def _acting() -> FollowerWorld:
 
 @contextmanager
 def _as(world: FollowerWorld) -> Iterator[None]:
+    """While the store under test is called for ``world``: its tokens and clock answer
+    for ``world``, and the sequences it was given must come back as they were (a write is
+    undone and reported as a :class:`ConformanceFailure`)."""
     prev = _ACTING.world
     _ACTING.world = world
+    seqs = getattr(world, "seqs", ())
+    seen = [(q.state_slot, q.has_per_req_cache) for q in seqs]
     try:
         yield
     finally:
         _ACTING.world = prev
+        now = [(q.state_slot, q.has_per_req_cache) for q in seqs]
+        if now != seen:
+            for q, (slot, cache) in zip(seqs, seen, strict=True):
+                q.state_slot, q.has_per_req_cache = slot, cache
+            written = "; ".join(
+                f"{q!r}: (state_slot, has_per_req_cache) {a} -> {b}"
+                for q, a, b in zip(seqs, seen, now, strict=True)
+                if a != b
+            )
+            raise ConformanceFailure(
+                f"the store under test wrote a sequence it was given (undone): {written}"
+            )
+
+
+@contextmanager
+def _calling(world: FollowerWorld, what: str) -> Iterator[None]:
+    """:func:`_as`, for a call that must not fail (``snapshot()``, ``clone()``,
+    ``self_check()``, a drain step): any exception of the store under test becomes a
+    :class:`ConformanceFailure` naming the call."""
+    try:
+        with _as(world):
+            yield
+    except ConformanceFailure:
+        raise
+    except Exception as exc:
+        raise ConformanceFailure(
+            f"the store under test's {what} raised {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 class KitToken:
@@ -205,7 +239,7 @@ class FollowerWorld(World):
                 self.trace = (*self.trace, (name, args))
 
     def snapshot(self) -> Snapshot:
-        with _as(self):
+        with _calling(self, "snapshot()"):
             snap = self.coord.snapshot()
         if type(snap) is not Snapshot:  # a subclass could redefine equality
             raise ConformanceFailure(
@@ -219,7 +253,7 @@ class FollowerWorld(World):
             return self._replayed()
         w = FollowerWorld.__new__(FollowerWorld)
         w.__dict__.update(self.__dict__)
-        with _as(self):
+        with _calling(self, "clone()"):
             w.coord = cast(Any, Observed(self.coord.clone()))
         w.pool = _pool_of(w.coord, None)
         if w.pool is None:
@@ -255,7 +289,7 @@ class FollowerWorld(World):
         del memo
         w = self.clone()
         calls = w.quiescence_calls()
-        with _as(w):
+        with _calling(w, "drain to quiescence"):
             try:
                 for name, args in calls:
                     make_drain_call(w.coord, w.pool, name, args)
@@ -274,8 +308,11 @@ class FollowerWorld(World):
         check = getattr(self.coord, "self_check", None)
         if not callable(check):
             return []
-        with _as(self):
-            return list(check())
+        with _calling(self, "self_check()"):
+            found = check()
+        if not isinstance(found, (list, tuple)):
+            return [f"self_check() returned {found!r}, not a list of problems"]
+        return list(found)
 
 
 def follower_world(
@@ -329,7 +366,7 @@ def _check_world_args(config: Any, factory: Any, pool_factory: Any, mode: Any) -
     if not callable(factory):
         raise TypeError(f"factory must be callable (a coordinator factory), got {factory!r}")
     if not callable(pool_factory):
-        raise TypeError(f"pool_factory must be callable or None, got {pool_factory!r}")
+        raise TypeError(f"pool_factory must be callable, got {pool_factory!r}")
     if not isinstance(mode, str) or mode not in ("auto", "clone", "replay"):
         raise ValueError(f"mode must be 'auto', 'clone' or 'replay', got {mode!r}")
 
@@ -486,19 +523,38 @@ def _show(value: Any) -> str:
     if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], type)):
         return repr(value)
     t, v = value
-    if t is tuple:
-        return "(" + ", ".join(_show(x) for x in v) + ("," if len(v) == 1 else "") + ")"
-    if t is list:
-        return "[" + ", ".join(_show(x) for x in v) + "]"
-    if t is dict:
-        return "{" + ", ".join(f"{k!r}: {_show(x)}" for k, x in v.items()) + "}"
-    if t is frozenset or t is set:
+    # A subclass of a builtin reads as its base, so its name is added.
+    sub = "" if t in _BUILTINS else f" ({t.__qualname__})"
+    if issubclass(t, tuple):
+        return "(" + ", ".join(_show(x) for x in v) + ("," if len(v) == 1 else "") + ")" + sub
+    if issubclass(t, list):
+        return "[" + ", ".join(_show(x) for x in v) + "]" + sub
+    if issubclass(t, dict):
+        return "{" + ", ".join(f"{_show(k)}: {_show(x)}" for k, x in v.items()) + "}" + sub
+    if issubclass(t, (frozenset, set)):
         return f"{t.__name__}({{{', '.join(sorted(_show(x) for x in v))}}})"
     if attrs.has(t) and isinstance(v, tuple):
         names = [f.name for f in attrs.fields(t)]
         inner = ", ".join(f"{n}={_show(x)}" for n, x in zip(names, v, strict=True))
         return f"{t.__name__}({inner})"
+    if isinstance(v, tuple) and issubclass(t, _ImageOp):
+        return f"{t.__name__}{_show(v)}"
+    if issubclass(t, (int, float, str, bytes)) and t not in _BUILTINS:
+        return f"{v!r}{sub}"
     return repr(v)
+
+
+def _type_diff(a: Snapshot, b: Snapshot) -> str:
+    """The fields of two equal snapshots whose values differ in type somewhere."""
+    out = []
+    for f in attrs.fields(Snapshot):
+        x, y = strict(getattr(a, f.name)), strict(getattr(b, f.name))
+        if x != y:
+            out.append(f"{f.name}: {_show(x)} != {_show(y)}")
+    return "; ".join(out)
+
+
+_BUILTINS = (bool, int, float, str, bytes, type(None), tuple, list, dict, set, frozenset)
 
 
 def _stderr(line: str) -> None:
@@ -519,6 +575,11 @@ def _config_of(config: Any) -> Config:
             f"config {config.name!r} has symmetry on: the kit drives one state of each class"
             " of states equal up to renaming the sequences, so a store that treats one slot"
             " unlike another could pass; use attrs.evolve(config, symmetry=False)"
+        )
+    d = config.max_depth
+    if d is not None and (not isinstance(d, int) or isinstance(d, bool) or d < 1):
+        raise ValueError(
+            f"config {config.name!r}: max_depth must be an int >= 1 or None, got {d!r}"
         )
     return config
 
@@ -644,59 +705,70 @@ def run_exhaustive(
     distinct, transitions, refused, depth_seen = 1, 0, 0, 0
     next_tick = time.perf_counter() + progress_every_s
     queue: deque[tuple[World, FollowerWorld, Any, int]] = deque([(ref, sut, ref.key(), 0)])
-    while queue:
-        rw, sw, key, depth = queue.popleft()
-        if bound is not None and depth >= bound:
-            continue
-        before = sw.snapshot()
-        for action in rw.actions():
-            rn, sn = rw.clone(), sw.clone()
-            r, s = _call(rn, action), _call(sn, action, under_test=True)
-            transitions += 1
-            if r != s:
-                raise fail(sn, _differ(r, s))
-            rs, ss = rn.snapshot(), sn.snapshot()
-            if rs != ss:
-                raise fail(sn, "snapshots differ: " + "; ".join(rs.diff(ss)))
-            if r[0] == "raised":
-                refused += 1
-                if ss != before:
-                    raise fail(sn, f"refused ({r[1].__name__}) but its snapshot changed")
-                if rn.key() == key:
-                    # Go on from the copies that refused: G8 says they are the state they
-                    # were, and what a refusal left hidden shows in the actions after it.
-                    rw, sw = rn, sn
+    current = sut
+    try:
+        while queue:
+            rw, sw, key, depth = queue.popleft()
+            if bound is not None and depth >= bound:
                 continue
-            nkey = rn.key()
-            if nkey in seen:
-                continue
-            seen.add(nkey)
-            distinct += 1
-            depth_seen = max(depth_seen, depth + 1)
-            found = sn.self_check()
-            if found:
-                raise fail(sn, "its own self_check reports: " + "; ".join(found))
-            found = sn.problems()
-            if found:
-                raise fail(sn, "the environment's checks: " + "; ".join(found))
-            _sweep(rn, sn, asked, ss, fail)
-            if check_drain:
-                found = sn.drain_problems()
+            current = sw
+            before = sw.snapshot()
+            for action in rw.actions():
+                rn, sn = rw.clone(), sw.clone()
+                current = sn
+                r, s = _call(rn, action), _call(sn, action, under_test=True)
+                transitions += 1
+                if r != s:
+                    raise fail(sn, _differ(r, s))
+                rs, ss = rn.snapshot(), sn.snapshot()
+                if rs != ss:
+                    raise fail(sn, "snapshots differ: " + "; ".join(rs.diff(ss)))
+                if r[0] == "raised":
+                    refused += 1
+                    if ss != before:
+                        raise fail(sn, f"refused ({r[1].__name__}) but its snapshot changed")
+                    if rn.key() == key:
+                        # Go on from the copies that refused: G8 says they are the state they
+                        # were, and what a refusal left hidden shows in the actions after it.
+                        rw, sw = rn, sn
+                    continue
+                nkey = rn.key()
+                if nkey in seen:
+                    continue
+                seen.add(nkey)
+                distinct += 1
+                depth_seen = max(depth_seen, depth + 1)
+                if strict(rs) != strict(ss):  # equal, but of other types somewhere
+                    raise fail(sn, "snapshots differ in type: " + _type_diff(rs, ss))
+                found = sn.self_check()
                 if found:
-                    raise fail(sn, "driven to quiescence: " + "; ".join(found))
-            if bound is None or depth + 1 < bound:
-                queue.append((rn, sn, nkey, depth + 1))
-            if max_states is not None and distinct >= max_states:
-                queue.clear()
-                break
-        now = time.perf_counter()
-        if progress is not None and now >= next_tick:
-            next_tick = now + progress_every_s
-            progress(
-                f"exhaustive {cfg.name}: depth {depth}, {distinct:,} states,"
-                f" {transitions:,} transitions compared, {len(queue):,} queued,"
-                f" {now - t0:.0f} s"
-            )
+                    raise fail(sn, "its own self_check reports: " + "; ".join(found))
+                found = sn.problems()
+                if found:
+                    raise fail(sn, "the environment's checks: " + "; ".join(found))
+                _sweep(rn, sn, asked, ss, fail)
+                if check_drain:
+                    found = sn.drain_problems()
+                    if found:
+                        raise fail(sn, "driven to quiescence: " + "; ".join(found))
+                if bound is None or depth + 1 < bound:
+                    queue.append((rn, sn, nkey, depth + 1))
+                if max_states is not None and distinct >= max_states:
+                    queue.clear()
+                    break
+            now = time.perf_counter()
+            if progress is not None and now >= next_tick:
+                next_tick = now + progress_every_s
+                progress(
+                    f"exhaustive {cfg.name}: depth {depth}, {distinct:,} states,"
+                    f" {transitions:,} transitions compared, {len(queue):,} queued,"
+                    f" {now - t0:.0f} s"
+                )
+    except ConformanceFailure as exc:
+        # A failure of a call that must not fail (snapshot(), clone(), ...): name the trace.
+        if str(exc).startswith("exhaustive ("):
+            raise
+        raise fail(current, str(exc)) from exc
     seconds = time.perf_counter() - t0
     if progress is not None:
         progress(
@@ -717,7 +789,7 @@ def run_exhaustive(
     )
 
 
-#: The kit's standard exhaustive sweep, ``(configuration, depth bound)`` in order, about six
+#: The kit's standard exhaustive sweep, ``(configuration, depth bound)`` in order, about 8.5
 #: minutes in all for the production store on one core of a 2-core machine (figures in
 #: ``docs/conformance.md``): ``default`` (the synchronous style with every feature on: KV
 #: pressure, the CPU tier, leases, a transfer, scratch, suspends, one completion token),
@@ -742,7 +814,7 @@ def run_exhaustive_plan(
 ) -> list[ExhaustiveReport]:
     """:func:`run_exhaustive` over each ``(configuration, depth bound)`` of ``plan`` in
     turn (default :data:`EXHAUSTIVE_PLAN`: ``default`` to depth 9, ``overlap`` to 7, ``tiny``
-    with two completion tokens to 8; about six minutes for :mod:`pagedstate.impl`); stops at
+    with two completion tokens to 8; about nine minutes for :mod:`pagedstate.impl`); stops at
     the first failure.
 
     Args:
@@ -760,16 +832,17 @@ def run_exhaustive_plan(
         TypeError, ValueError: as :func:`run_exhaustive`, or an entry of ``plan`` is not a
             ``(Config, int >= 1)`` pair; raised before any configuration runs.
     """
-    plan = EXHAUSTIVE_PLAN if plan is None else tuple(plan)
-    for entry in plan:
+    entries: list[tuple[Config, int]] = []
+    for entry in EXHAUSTIVE_PLAN if plan is None else tuple(plan):
         if not (isinstance(entry, tuple) and len(entry) == 2):
             raise ValueError(f"a plan entry must be a (Config, depth bound) pair, got {entry!r}")
-        _config_of(entry[0])
-        _check_bounds(entry[1], max_states, mode, progress)
         if entry[1] is None:
             raise ValueError(f"a plan entry's depth bound must be an int >= 1, got {entry!r}")
-    if plan:
-        _check_world_args(plan[0][0], factory, pool_factory or _reference_pool(), mode)
+        _check_bounds(entry[1], max_states, mode, progress)
+        entries.append((_config_of(entry[0]), entry[1]))
+    _check_bounds(None, max_states, mode, progress)
+    for cfg, _ in entries[:1] or [(CONFIGS["tiny"], 1)]:
+        _check_world_args(cfg, factory, pool_factory or _reference_pool(), mode)
     return [
         run_exhaustive(
             factory,
@@ -780,7 +853,7 @@ def run_exhaustive_plan(
             max_states=max_states,
             progress=progress,
         )
-        for cfg, depth in plan
+        for cfg, depth in entries
     ]
 
 

@@ -24,7 +24,8 @@ from typing import Any
 
 import attrs
 
-from pagedstate.models.world import Config
+from pagedstate.models.world import Config, seq
+from pagedstate.spec.ops import _ImageOp
 
 __all__ = ["RECORDED", "Observed", "questions", "recording_reference", "strict"]
 
@@ -91,18 +92,22 @@ _SCALARS = (bool, int, float, str, bytes, type(None))
 def strict(value: Any) -> Any:
     """``value`` with its type at every level, for comparisons where ``1 != True``.
 
-    Tuples, lists, dicts, sets and attrs instances are taken apart (field by field); other
-    objects are compared as they are, with their type beside them.
+    Tuples, lists, dicts and sets (and their subclasses: named tuples), the image ops
+    (:class:`~pagedstate.spec.ops.CheckpointStoreOp`, ``CheckpointRestoreOp``: by their
+    slot, units, bytes and layout) and attrs instances are taken apart, keys included;
+    other objects are compared as they are, with their type beside them.
     """
     t = type(value)
     if t in _SCALARS:
         return (t, value)
-    if t is tuple or t is list:
+    if isinstance(value, (tuple, list)):
         return (t, tuple(strict(x) for x in value))
-    if t is dict:
-        return (t, {k: strict(x) for k, x in value.items()})
-    if t is frozenset or t is set:
+    if isinstance(value, dict):
+        return (t, {strict(k): strict(x) for k, x in value.items()})
+    if isinstance(value, (frozenset, set)):
         return (t, frozenset(strict(x) for x in value))
+    if isinstance(value, _ImageOp):
+        return (t, strict(value._key()))
     names = _FIELDS.get(t)
     if names is None:
         names = _FIELDS[t] = tuple(f.name for f in attrs.fields(t)) if attrs.has(t) else ()
@@ -205,13 +210,24 @@ def questions(cfg: Config) -> tuple[Question, ...]:
     of each hash, ``restore_queued_for`` of each slot (and one past them),
     ``has_available_units(count, protected)`` for every count up to two past the pool and
     every protected hash, ``is_idle``, ``outstanding``, ``has_offload_pins``,
-    ``checkpoint_fates`` and the two forward properties."""
+    ``checkpoint_fates``, the two forward properties, and for each sequence ``applies``
+    and ``resumable_hit`` of a KV hit of each length over the hashes (assumed checkpointed
+    or not)."""
     hashes = range(1, cfg.hashes + 1)
     out: list[Question] = [("contains", (h,)) for h in hashes]
     out += [("restore_queued_for", (s,)) for s in range(cfg.seqs + cfg.scratch_slots + 1)]
     out += [("has_available_units", (k, p)) for k in range(cfg.units + 2) for p in (None, *hashes)]
     out += [("is_idle", ()), ("outstanding", ()), ("has_offload_pins", ())]
     out += [("checkpoint_fates", ()), ("last_forward", None), ("next_forward", None)]
+    blocks = list(hashes)
+    for i in range(cfg.seqs):
+        s = seq(i, i)  # the world's own sequence objects
+        out.append(("applies", (s,)))
+        out += [
+            ("resumable_hit", (s, hit, blocks, assume))
+            for hit in range(len(blocks) + 1)
+            for assume in (False, True)
+        ]
     return tuple(out)
 
 
