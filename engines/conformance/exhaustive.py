@@ -68,12 +68,21 @@ from pagedstate.models.world import (
     quiescence_problems,
 )
 from pagedstate.spec.errors import PagedStateError
-from pagedstate.spec.ops import _ImageOp
 from pagedstate.spec.snapshot import Snapshot
 from pagedstate.spec.types import CHECKPOINT_OWNER
 
 from .config import ConformanceFailure, CoordinatorFactory, PoolFactory, _pool_of
-from .observe import LOG, Observed, answers, questions, recording_reference, strict
+from .observe import (
+    LOG,
+    Observed,
+    answers,
+    differ,
+    questions,
+    recording_reference,
+    show,
+    strict,
+    type_diff,
+)
 
 __all__ = [
     "EXHAUSTIVE_PLAN",
@@ -496,67 +505,6 @@ def _call(world: World, action: Action, *, under_test: bool = False) -> Outcome:
     return (*out, tuple(calls))
 
 
-def _differ(r: Outcome, s: Outcome) -> str:
-    """What differs between two unequal outcomes of :func:`_call`."""
-    if r[:2] != s[:2]:
-        return (
-            f"results differ: the reference {r[0]} {_show(r[1])}, the store under test"
-            f" {s[0]} {_show(s[1])}"
-        )
-    for i, (a, b) in enumerate(zip(r[2], s[2], strict=False)):
-        if a != b:
-            return (
-                f"call {i + 1} of the action differs: the reference's {a[0]} {a[1]}"
-                f" {_show(a[2])}, the store under test's {b[0]} {b[1]} {_show(b[2])}"
-            )
-    return (
-        f"the calls differ: the reference made {[c[0] for c in r[2]]}, the store under test"
-        f" {[c[0] for c in s[2]]}"
-    )
-
-
-def _show(value: Any) -> str:
-    """A strict value (or an error class) as it would print (``1``, ``True``, ``1.0``,
-    ``(0, 1)`` and ``[0, 1]`` all read differently)."""
-    if isinstance(value, type):
-        return value.__name__
-    if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], type)):
-        return repr(value)
-    t, v = value
-    # A subclass of a builtin reads as its base, so its name is added.
-    sub = "" if t in _BUILTINS else f" ({t.__qualname__})"
-    if issubclass(t, tuple):
-        return "(" + ", ".join(_show(x) for x in v) + ("," if len(v) == 1 else "") + ")" + sub
-    if issubclass(t, list):
-        return "[" + ", ".join(_show(x) for x in v) + "]" + sub
-    if issubclass(t, dict):
-        return "{" + ", ".join(f"{_show(k)}: {_show(x)}" for k, x in v.items()) + "}" + sub
-    if issubclass(t, (frozenset, set)):
-        return f"{t.__name__}({{{', '.join(sorted(_show(x) for x in v))}}})"
-    if attrs.has(t) and isinstance(v, tuple):
-        names = [f.name for f in attrs.fields(t)]
-        inner = ", ".join(f"{n}={_show(x)}" for n, x in zip(names, v, strict=True))
-        return f"{t.__name__}({inner})"
-    if isinstance(v, tuple) and issubclass(t, _ImageOp):
-        return f"{t.__name__}{_show(v)}"
-    if issubclass(t, (int, float, str, bytes)) and t not in _BUILTINS:
-        return f"{v!r}{sub}"
-    return repr(v)
-
-
-def _type_diff(a: Snapshot, b: Snapshot) -> str:
-    """The fields of two equal snapshots whose values differ in type somewhere."""
-    out = []
-    for f in attrs.fields(Snapshot):
-        x, y = strict(getattr(a, f.name)), strict(getattr(b, f.name))
-        if x != y:
-            out.append(f"{f.name}: {_show(x)} != {_show(y)}")
-    return "; ".join(out)
-
-
-_BUILTINS = (bool, int, float, str, bytes, type(None), tuple, list, dict, set, frozenset)
-
-
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -615,7 +563,7 @@ def _sweep(
                 raise fail(
                     sw,
                     f"in the state it reached, {q} answers differ: the reference {a[0]}"
-                    f" {_show(a[1])}, the store under test {b[0]} {_show(b[1])}",
+                    f" {show(a[1])}, the store under test {b[0]} {show(b[1])}",
                 )
     if sw.snapshot() != snap:
         raise fail(sw, "the read-only questions asked in the state it reached changed it")
@@ -719,7 +667,7 @@ def run_exhaustive(
                 r, s = _call(rn, action), _call(sn, action, under_test=True)
                 transitions += 1
                 if r != s:
-                    raise fail(sn, _differ(r, s))
+                    raise fail(sn, differ(r, s))
                 rs, ss = rn.snapshot(), sn.snapshot()
                 if rs != ss:
                     raise fail(sn, "snapshots differ: " + "; ".join(rs.diff(ss)))
@@ -739,7 +687,7 @@ def run_exhaustive(
                 distinct += 1
                 depth_seen = max(depth_seen, depth + 1)
                 if strict(rs) != strict(ss):  # equal, but of other types somewhere
-                    raise fail(sn, "snapshots differ in type: " + _type_diff(rs, ss))
+                    raise fail(sn, "snapshots differ in type: " + type_diff(rs, ss))
                 found = sn.self_check()
                 if found:
                     raise fail(sn, "its own self_check reports: " + "; ".join(found))

@@ -26,8 +26,19 @@ import attrs
 
 from pagedstate.models.world import Config, seq
 from pagedstate.spec.ops import _ImageOp
+from pagedstate.spec.snapshot import Snapshot
 
-__all__ = ["RECORDED", "Observed", "questions", "recording_reference", "strict"]
+__all__ = [
+    "RECORDED",
+    "Observed",
+    "answers",
+    "differ",
+    "questions",
+    "recording_reference",
+    "show",
+    "strict",
+    "type_diff",
+]
 
 #: The coordinator calls whose answers are logged: every method of
 #: :class:`~pagedstate.spec.protocols.CoordinatorProtocol` the world calls or could, plus
@@ -244,3 +255,68 @@ def answers(coord: Any, asked: tuple[Question, ...]) -> list[Any]:
         except Exception as exc:  # noqa: BLE001 - every outcome is compared
             out.append(("raised", type(exc)))
     return out
+
+
+# -- messages ---------------------------------------------------------------------------
+
+
+def differ(r: tuple[Any, ...], s: tuple[Any, ...]) -> str:
+    """What differs between two unequal outcomes ``(kind, value, calls)`` of an action
+    (``kind`` ``"ok"``, ``"raised"``, ...; values strict; calls as :data:`LOG` logs them)."""
+    if r[:2] != s[:2]:
+        return (
+            f"results differ: the reference {r[0]} {show(r[1])}, the store under test"
+            f" {s[0]} {show(s[1])}"
+        )
+    for i, (a, b) in enumerate(zip(r[2], s[2], strict=False)):
+        if a != b:
+            return (
+                f"call {i + 1} of the action differs: the reference's {a[0]} {a[1]}"
+                f" {show(a[2])}, the store under test's {b[0]} {b[1]} {show(b[2])}"
+            )
+    return (
+        f"the calls differ: the reference made {[c[0] for c in r[2]]}, the store under test"
+        f" {[c[0] for c in s[2]]}"
+    )
+
+
+def show(value: Any) -> str:
+    """A strict value (or an error class) as it would print (``1``, ``True``, ``1.0``,
+    ``(0, 1)`` and ``[0, 1]`` all read differently)."""
+    if isinstance(value, type):
+        return value.__name__
+    if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], type)):
+        return repr(value)
+    t, v = value
+    # A subclass of a builtin reads as its base, so its name is added.
+    sub = "" if t in _BUILTINS else f" ({t.__qualname__})"
+    if issubclass(t, tuple):
+        return "(" + ", ".join(show(x) for x in v) + ("," if len(v) == 1 else "") + ")" + sub
+    if issubclass(t, list):
+        return "[" + ", ".join(show(x) for x in v) + "]" + sub
+    if issubclass(t, dict):
+        return "{" + ", ".join(f"{show(k)}: {show(x)}" for k, x in v.items()) + "}" + sub
+    if issubclass(t, (frozenset, set)):
+        return f"{t.__name__}({{{', '.join(sorted(show(x) for x in v))}}})"
+    if attrs.has(t) and isinstance(v, tuple):
+        names = [f.name for f in attrs.fields(t)]
+        inner = ", ".join(f"{n}={show(x)}" for n, x in zip(names, v, strict=True))
+        return f"{t.__name__}({inner})"
+    if isinstance(v, tuple) and issubclass(t, _ImageOp):
+        return f"{t.__name__}{show(v)}"
+    if issubclass(t, (int, float, str, bytes)) and t not in _BUILTINS:
+        return f"{v!r}{sub}"
+    return repr(v)
+
+
+def type_diff(a: Snapshot, b: Snapshot) -> str:
+    """The fields of two equal snapshots whose values differ in type somewhere."""
+    out = []
+    for f in attrs.fields(Snapshot):
+        x, y = strict(getattr(a, f.name)), strict(getattr(b, f.name))
+        if x != y:
+            out.append(f"{f.name}: {show(x)} != {show(y)}")
+    return "; ".join(out)
+
+
+_BUILTINS = (bool, int, float, str, bytes, type(None), tuple, list, dict, set, frozenset)
