@@ -719,3 +719,8 @@ def test_plan_entries_may_name_configurations_and_an_empty_plan_still_checks_arg
     assert [r.config for r in reports] == ["tiny", "tiny-5"]
     with pytest.raises(TypeError):
         run_exhaustive_plan(None, plan=(), progress=None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bound", [1, 2, 50])
+def test_a_run_cut_by_max_states_reports_exactly_that_many(bound: int) -> None:
+    assert _run(Ref, max_states=bound).distinct == bound

@@ -654,6 +654,8 @@ def run_exhaustive(
     next_tick = time.perf_counter() + progress_every_s
     queue: deque[tuple[World, FollowerWorld, Any, int]] = deque([(ref, sut, ref.key(), 0)])
     current = sut
+    if max_states is not None and distinct >= max_states:
+        queue.clear()  # max_states=1: the initial state only
     try:
         while queue:
             rw, sw, key, depth = queue.popleft()
