@@ -475,39 +475,9 @@ def test_an_asymmetric_store_is_caught_without_symmetry() -> None:
 
 # -- symmetry ------------------------------------------------------------------------------
 
-SEQ_ACTIONS = {
-    "checkpoint",
-    "checkpoint_next",
-    "checkpoint_last",
-    "forget",
-    "forget_reset",
-    "begin_restore",
-    "suspend",
-    "reserve_midstep",
-}
-
-
-def _all_states(cfg: Any, depth: int) -> list[tuple[World, list[Any]]]:
-    start = cfg.build()
-    seen = {start.key()}
-    level: list[tuple[World, list[Any]]] = [(start, [])]
-    out = list(level)
-    for _ in range(depth):
-        nxt = []
-        for w, trace in level:
-            for action in w.actions():
-                n = w.clone()
-                try:
-                    n.act(action[0], *action[1])
-                except PagedStateError:
-                    continue
-                k = n.key()
-                if k not in seen:
-                    seen.add(k)
-                    nxt.append((n, [*trace, action]))
-        out += nxt
-        level = nxt
-    return out
+# The same sequence-naming actions and level-by-level search as tests/test_symmetry.py.
+from test_symmetry import SEQ_ACTIONS  # noqa: E402
+from test_symmetry import _states as _all_states  # noqa: E402
 
 
 def test_three_sequences_every_permutation_reaches_its_image() -> None:

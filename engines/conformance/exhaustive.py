@@ -125,23 +125,35 @@ def _as(world: FollowerWorld) -> Iterator[None]:
     prev = _ACTING.world
     _ACTING.world = world
     seqs = getattr(world, "seqs", ())
-    seen = [(q.state_slot, q.has_per_req_cache) for q in seqs]
+    seen = _seq_fields(seqs)
     try:
         yield
     finally:
         _ACTING.world = prev
-        now = [(q.state_slot, q.has_per_req_cache) for q in seqs]
-        if now != seen:
-            for q, (slot, cache) in zip(seqs, seen, strict=True):
-                q.state_slot, q.has_per_req_cache = slot, cache
-            written = "; ".join(
-                f"{q!r}: (state_slot, has_per_req_cache) {a} -> {b}"
-                for q, a, b in zip(seqs, seen, now, strict=True)
-                if a != b
-            )
+        written = _undo_writes(seqs, seen)
+        if written:
             raise ConformanceFailure(
                 f"the store under test wrote a sequence it was given (undone): {written}"
             )
+
+
+def _seq_fields(seqs: Any) -> list[tuple[int, bool]]:
+    return [(q.state_slot, q.has_per_req_cache) for q in seqs]
+
+
+def _undo_writes(seqs: Any, seen: list[tuple[int, bool]]) -> str:
+    """Put back the fields of ``seqs`` that changed since ``seen``; what changed ("" if
+    nothing did)."""
+    now = _seq_fields(seqs)
+    if now == seen:
+        return ""
+    for q, (slot, cache) in zip(seqs, seen, strict=True):
+        q.state_slot, q.has_per_req_cache = slot, cache
+    return "; ".join(
+        f"{q!r}: (state_slot, has_per_req_cache) {a} -> {b}"
+        for q, a, b in zip(seqs, seen, now, strict=True)
+        if a != b
+    )
 
 
 @contextmanager
@@ -474,34 +486,30 @@ def _call(world: World, action: Action, *, under_test: bool = False) -> Outcome:
     for a refusal (a :class:`~pagedstate.spec.errors.PagedStateError`), and every
     coordinator call the action made with its answer. On the store under test any other
     exception is ``("crashed", text)`` and a write to a sequence it was given is
-    ``("wrote", text)`` (undone); neither ever equals the reference's outcome."""
+    ``("wrote", text)`` (undone by :func:`_as`); neither ever equals the reference's
+    outcome. A write by the reference is a bug of the kit: raised."""
     name, args = action
-    seqs = world.seqs
-    seen = [(s.state_slot, s.has_per_req_cache) for s in seqs]
+    seen = _seq_fields(world.seqs)  # the follower's writes are caught by _as, in its act
     calls: list[tuple[Any, ...]] = []
     LOG.calls, LOG.depth = calls, 0
     try:
         out: tuple[str, Any] = ("ok", strict(world.act(name, *args)))
     except PagedStateError as exc:
         out = ("raised", type(exc))
+    except ConformanceFailure as exc:
+        if not under_test:
+            raise
+        out = ("wrote", str(exc))
     except Exception as exc:
         if not under_test:
             raise
         out = ("crashed", f"{type(exc).__name__}: {exc}")
     finally:
         LOG.calls, LOG.depth = None, 0
-    now = [(s.state_slot, s.has_per_req_cache) for s in seqs]
-    if now != seen:
-        written = [
-            f"{s!r}: (state_slot, has_per_req_cache) {a} -> {b}"
-            for s, a, b in zip(seqs, seen, now, strict=True)
-            if a != b
-        ]
-        for s, (slot, cache) in zip(seqs, seen, strict=True):
-            s.state_slot, s.has_per_req_cache = slot, cache
-        if not under_test:
-            raise ConformanceFailure("the reference wrote a sequence: " + "; ".join(written))
-        out = ("wrote", "it wrote a sequence it was given: " + "; ".join(written))
+    if not under_test:
+        written = _undo_writes(world.seqs, seen)
+        if written:
+            raise ConformanceFailure(f"the reference wrote a sequence: {written}")
     return (*out, tuple(calls))
 
 

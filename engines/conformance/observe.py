@@ -159,7 +159,12 @@ def _note_read(name: str, value: Any) -> None:
 @functools.cache
 def recording_reference(cls: type) -> type:
     """A subclass of the reference coordinator class ``cls`` whose :data:`RECORDED` calls
-    are logged (its ``clone`` keeps the class)."""
+    are logged (its ``clone`` keeps the class); one per ``cls``, cached.
+
+    Raises:
+        TypeError: ``last_forward`` or ``next_forward`` is not a property of ``cls`` (the
+            proxy logs those reads, so the reference must too).
+    """
     ns: dict[str, Any] = {}
     for name in RECORDED:
         attr = inspect.getattr_static(cls, name, None)
