@@ -1,0 +1,334 @@
+"""``python -m pagedstate.models.bench.transfer_phases``: the transfer's device-local
+phases on one device, the driver's per-image path against the copy engine's one launch per
+round, each against a device-to-device copy of the same bytes in the same run.
+
+The two-rank benchmark (:mod:`pagedstate.models.bench.transfer`) needs two GPUs. The
+sender's **gather** (an image's unit regions into its staging buffer) and the receiver's
+**landing** (the buffer into the reserved units) are device-local and were a third of its
+time per image on two H200s (docs/transfer.md, the phase table): they are measured here on
+one device, with the driver's own objects (a :class:`~pagedstate.impl.transfer.Sender` and
+a :class:`~pagedstate.impl.transfer.Receiver` on one device, their pools, coordinators and
+tensors), per round of ``window`` images:
+
+- **index**: the driver's staged path as the protocol runs it today, per image: the unit
+  ids to the device (a blocking host-to-device copy), one ``index_select`` per region
+  into a scratch and one strided copy into the staging buffer (``Sender.gather``, which
+  also releases the lease's source), and for the landing one ``index_copy_`` per region
+  (``Receiver.land``);
+- **engine**: :class:`~pagedstate.impl.transfer.staging.StagingRows`, the round's images
+  gathered by one batch of restore ops into ``window`` staging rows and landed by one
+  batch of store ops (one Triton launch each on CUDA), the sources released as above;
+- **D2D**: one ``copy_`` of ``window x image_bytes`` bytes between two device buffers.
+
+Each is timed on the host from before the first call to after a device synchronize (the
+median of ``--repeat`` rounds after ``--warmup`` untimed ones), in one process, paths
+interleaved round by round. ``host us`` is the time until the calls returned, before the
+synchronize. Every path's bytes are checked against the others' (gathered rows equal,
+landed units equal to the rows); a mismatch fails the run.
+
+``--device cpu`` (with ``--quick``: a slice of the geometry) is a smoke run; the figures
+that matter are CUDA's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pagedstate.models._provenance import commit
+
+__all__ = ["main", "measure", "render"]
+
+_driver: Any = importlib.import_module("pagedstate.impl.transfer")
+_staging: Any = importlib.import_module("pagedstate.impl.transfer.staging")
+
+MODEL = "Qwen/Qwen3-Next-80B-A3B-Instruct"
+QUICK_SLICE = (1, 2, 32)
+
+
+def _sync(torch: Any, device: Any) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(torch: Any, device: Any, fn: Callable[[], None]) -> tuple[float, float]:
+    """``fn()`` then a device synchronize: (host seconds until fn returned, seconds until
+    the device finished)."""
+    _sync(torch, device)
+    t0 = time.perf_counter()
+    fn()
+    t1 = time.perf_counter()
+    _sync(torch, device)
+    t2 = time.perf_counter()
+    return t1 - t0, t2 - t0
+
+
+def _one_config(
+    block_tokens: int,
+    window: int,
+    device: str,
+    engine: str,
+    warmup: int,
+    repeat: int,
+    slice_: tuple[int, int, int] | None,
+    model: str,
+) -> dict[str, Any]:
+    torch = importlib.import_module("torch")
+    upi = _driver.image_units(model, slice_, block_tokens)
+    cfg = _driver.TransferConfig(
+        model=model,
+        block_tokens=block_tokens,
+        slice=slice_,
+        images=window,
+        window=window,
+        slots=window,
+        units=window * upi,
+        receiver_units=window * upi,
+        local_restore=False,
+        backend="nccl" if device.startswith("cuda") else "gloo",
+        device="cuda" if device.startswith("cuda") else "cpu",
+    )
+    # One device for both sides: the driver's classes take the device per rank.
+    s = _driver.Sender(cfg, device)
+    r = _driver.Receiver(cfg, device)
+    dev = s.device
+    s.prefill()
+    lay = s.layout
+    n = lay.image_bytes
+    s_eng = _staging.StagingRows(lay, s.tensors.kv_tensors, window, cfg.units, dev, engine)
+    r_eng = _staging.StagingRows(lay, r.tensors.kv_tensors, window, cfg.units, dev, engine)
+    src = torch.empty(window * n, dtype=torch.uint8, device=dev)
+    dst = torch.empty_like(src)
+    src.random_(0, 256)
+
+    def lease_all() -> list[Any]:
+        return [s.lease(i) for i in range(window)]
+
+    def accept_all(outs: Sequence[Any]) -> list[Any]:
+        incs = []
+        for k, o in enumerate(outs):
+            got = r.accept(o.header, k)
+            if not isinstance(got, _driver.Incoming):
+                raise RuntimeError(f"the receiver refused image {k}: {got}")
+            incs.append(got)
+        return incs
+
+    def index_gather(outs: Sequence[Any]) -> None:
+        for k, o in enumerate(outs):
+            s.gather(o, s.staging[k])
+
+    def engine_gather(outs: Sequence[Any]) -> None:
+        s_eng.gather([o.units for o in outs])
+        for o in outs:  # what Sender.gather does after its copy
+            s.coord.release_offload_store_source(o.op)
+            o.state = "released"
+
+    def index_land(incs: Sequence[Any]) -> None:
+        for k, inc in enumerate(incs):
+            r.land(inc, r.staging[k])
+
+    def engine_land(incs: Sequence[Any]) -> None:
+        r_eng.land([inc.units for inc in incs])
+        for inc in incs:
+            inc.state = "landed"
+
+    samples: dict[str, list[tuple[float, float]]] = {
+        k: [] for k in ("index gather", "engine gather", "index land", "engine land", "d2d")
+    }
+    mismatches = 0
+    for it in range(warmup + repeat):
+        keep = it >= warmup
+        for path, gather, land, rows in (
+            ("index", index_gather, index_land, lambda k: s.wire(s.staging[k])),
+            ("engine", engine_gather, engine_land, s_eng.wire),
+        ):
+            outs = lease_all()
+            g = _timed(torch, dev, functools.partial(gather, outs))
+            for o in outs:
+                s.finish(o)
+            # the receiver lands what the sender gathered (copied across, untimed)
+            for k in range(window):
+                dst_row = r.wire(r.staging[k]) if path == "index" else r_eng.wire(k)
+                dst_row.copy_(rows(k))
+            incs = accept_all(outs)
+            land_t = _timed(torch, dev, functools.partial(land, incs))
+            if it == 0:  # check the bytes once per path
+                for k, inc in enumerate(incs):
+                    want = s.image(s.keys[k])
+                    got_row = rows(k)
+                    landed = r.tensors.read_units(list(inc.units)).view(torch.uint8)[:n]
+                    mismatches += int(not torch.equal(got_row, want))
+                    mismatches += int(not torch.equal(landed, want))
+            for inc in incs:
+                r.abort(inc)
+            if keep:
+                samples[f"{path} gather"].append(g)
+                samples[f"{path} land"].append(land_t)
+        d = _timed(torch, dev, lambda: dst.copy_(src))
+        if keep:
+            samples["d2d"].append(d)
+    leak = r.accounting()
+    if leak["transfers"] or s.accounting()["offload_pins"]:
+        raise RuntimeError(f"the benchmark leaked a reservation or a lease: {leak}")
+    med = {
+        k: (statistics.median(h for h, _ in v), statistics.median(w for _, w in v))
+        for k, v in samples.items()
+    }
+    d2d = med["d2d"][1]
+    out: dict[str, Any] = {
+        "model": model,
+        "block_tokens": block_tokens,
+        "window": window,
+        "image_bytes": n,
+        "units": upi,
+        "pieces": len(s.pieces),
+        "engine": s_eng.engine,
+        "d2d_s": d2d,
+        "mismatches": mismatches,
+        "samples": {k: [list(x) for x in v] for k, v in samples.items()},
+    }
+    for name in ("index gather", "engine gather", "index land", "engine land"):
+        host, wall = med[name]
+        out[name] = {
+            "round_s": wall,
+            "host_s": host,
+            "per_image_ms": wall / window * 1e3,
+            "gb_s": window * n / wall / 1e9,
+            "vs_d2d": d2d / wall,
+        }
+    return out
+
+
+def measure(
+    block_tokens: Sequence[int],
+    windows: Sequence[int],
+    device: str,
+    engine: str = "auto",
+    warmup: int = 3,
+    repeat: int = 10,
+    slice_: tuple[int, int, int] | None = None,
+    model: str = MODEL,
+    say: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """Every (page size, window) row (module doc). Raises ``RuntimeError`` on a mismatch
+    or a leak."""
+    rows = []
+    for bt in block_tokens:
+        for w in windows:
+            t0 = time.perf_counter()
+            row = _one_config(bt, w, device, engine, warmup, repeat, slice_, model)
+            say(
+                f"  {bt}-token pages, window {w}: index gather"
+                f" {row['index gather']['per_image_ms']:.3f} ms/image, engine"
+                f" {row['engine gather']['per_image_ms']:.3f}; land"
+                f" {row['index land']['per_image_ms']:.3f}"
+                f" / {row['engine land']['per_image_ms']:.3f}"
+                f" ({time.perf_counter() - t0:.1f} s)"
+            )
+            if row["mismatches"]:
+                raise RuntimeError(f"{row['mismatches']} mismatched images at {bt}, {w}")
+            rows.append(row)
+    return rows
+
+
+def render(rows: Sequence[dict[str, Any]], head: str) -> str:
+    """The Markdown table of ``rows`` under ``head``."""
+    lines = [
+        head,
+        "",
+        "| page tokens | units (pieces) | window | image MiB | engine | D2D ms/round |"
+        " index gather ms/image | engine gather ms/image | gather: index / engine vs D2D |"
+        " engine gather host us/round | index land ms/image | engine land ms/image |"
+        " land: index / engine vs D2D | engine land host us/round | checked (mismatches) |",
+        "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        ig, eg, il, el = (
+            r[k] for k in ("index gather", "engine gather", "index land", "engine land")
+        )
+        lines.append(
+            f"| {r['block_tokens']} | {r['units']} ({r['pieces']}) | {r['window']} |"
+            f" {r['image_bytes'] / 2**20:.2f} | {r['engine']} | {r['d2d_s'] * 1e3:.3f} |"
+            f" {ig['per_image_ms']:.3f} | {eg['per_image_ms']:.3f} |"
+            f" {ig['vs_d2d']:.2f} / {eg['vs_d2d']:.2f} | {eg['host_s'] * 1e6:.0f} |"
+            f" {il['per_image_ms']:.3f} | {el['per_image_ms']:.3f} |"
+            f" {il['vs_d2d']:.2f} / {el['vs_d2d']:.2f} | {el['host_s'] * 1e6:.0f} |"
+            f" {2 * r['window']} ({r['mismatches']}) |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _machine(device: str) -> str:
+    torch = importlib.import_module("torch")
+    if device.startswith("cuda"):
+        name = torch.cuda.get_device_name(0)
+    else:
+        name = platform.processor() or platform.machine()
+    return f"{name}, torch {torch.__version__}, Python {platform.python_version()}"
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints, got {text!r}") from None
+    if not out or any(x < 1 for x in out):
+        raise argparse.ArgumentTypeError(f"expected ints >= 1, got {text!r}")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line (module doc). Exit 0 when every row ran and checked, 2 on a usage
+    error."""
+    p = argparse.ArgumentParser(
+        prog="python -m pagedstate.models.bench.transfer_phases",
+        description="Gather and landing of transfer rounds on one device: per-image index"
+        " path vs the copy engine's one launch per round vs a D2D copy (issue 21).",
+    )
+    p.add_argument("--device", default="cuda", help="cuda (default) or cpu")
+    p.add_argument("--block-tokens", type=_ints, default=[16, 128, 512])
+    p.add_argument("--window", type=_ints, default=[8, 32])
+    p.add_argument("--engine", choices=_staging.ENGINES, default="auto")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--quick", action="store_true", help="a slice of the geometry, small runs")
+    p.add_argument("--json", type=Path, help="write the raw rows here")
+    a = p.parse_args(argv)
+    if a.device not in ("cuda", "cpu"):
+        p.error(f"--device must be cuda or cpu, got {a.device!r}")
+    if a.warmup < 0 or a.repeat < 1:
+        p.error("--warmup must be >= 0 and --repeat >= 1")
+    torch = importlib.import_module("torch")
+    if a.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda needs a CUDA device (use --device cpu for a smoke run)")
+    slice_ = QUICK_SLICE if a.quick else None
+    if a.quick:
+        a.warmup, a.repeat = min(a.warmup, 1), min(a.repeat, 2)
+    print(f"transfer phases on {a.device}: pages {a.block_tokens}, windows {a.window}", flush=True)
+    rows = measure(a.block_tokens, a.window, a.device, a.engine, a.warmup, a.repeat, slice_)
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    head = (
+        f"Measured {when} at commit `{commit()}` on {_machine(a.device)}, {MODEL}"
+        f"{' (slice ' + str(QUICK_SLICE) + ')' if a.quick else ''};"
+        f" `python -m pagedstate.models.bench.transfer_phases {' '.join(argv or sys.argv[1:])}`."
+        f" Median of {a.repeat} rounds after {a.warmup} untimed, paths interleaved."
+    )
+    text = render(rows, head)
+    print(text)
+    if a.json:
+        a.json.write_text(json.dumps({"head": head, "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
