@@ -578,6 +578,12 @@ def _explore(
         if problems:
             return fail("Liveness", "drain", problems[0], init_key, None)
 
+    if max_states is not None and report.distinct >= max_states:
+        # a bound of one state: the initial state, checked and not expanded
+        report.queued = len(queue) - at_bound_queued
+        report.seconds = time.perf_counter() - t0
+        report.stopped = "state bound"
+        return report
     deadline = None if max_seconds is None else t0 + max_seconds
     while queue:
         if deadline is not None and time.perf_counter() >= deadline:

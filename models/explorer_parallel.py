@@ -321,7 +321,8 @@ def explore_parallel(
 
     Raises:
         ValueError: ``workers`` is not an int >= 1, or ``max_memory_mb`` is not a number
-            above 0.
+            above 0, or is spent before the search (each process's share is not above
+            what the calling process already uses: nothing runs).
         KeyError: ``config`` is a name not in :data:`~pagedstate.models.explorer.CONFIGS`.
         RuntimeError: a worker died (e.g. killed for memory: ``default`` beyond depth 10
             takes more than 20 GiB); the others are stopped.
@@ -340,6 +341,16 @@ def explore_parallel(
     ):
         raise ValueError(f"max_memory_mb must be a number > 0 or None, got {max_memory_mb!r}")
     share = None if max_memory_mb is None else max_memory_mb / (workers + 1)
+    if share is not None:
+        start_mb = _rss_mb()
+        if start_mb >= share:
+            # Every worker starts as a fork of this process: the bound is spent before the
+            # first state, so the search could only stop at once with nothing checked.
+            raise ValueError(
+                f"max_memory_mb={max_memory_mb} gives each of the {workers + 1} processes"
+                f" {share:.0f} MiB, but this process already uses {start_mb:.0f} MiB before"
+                f" the search: raise the bound above {start_mb * (workers + 1):.0f} MiB"
+            )
     report = _explorer.Report(config=cfg)
     t0 = time.perf_counter()
     ctx = multiprocessing.get_context("fork")

@@ -671,12 +671,23 @@ def test_a_worker_that_dies_is_an_error_not_a_hang(with_progress: bool) -> None:
         signal.signal(signal.SIGALRM, old)
 
 
-def test_the_memory_bound_stops_the_parallel_search_in_a_level() -> None:
+def test_the_memory_bound_stops_the_parallel_search_in_a_level(monkeypatch: Any) -> None:
+    from pagedstate.models import explorer_parallel as xp
+
     cfg = attrs.evolve(CONFIGS["tiny"], max_depth=5)
     free = explore_parallel(cfg, workers=2)
     assert free.stopped == "depth bound"
-    # 1 MiB: every process is over its share at once, so the first level ends the search
-    bound = explore_parallel(cfg, workers=2, max_memory_mb=1.0)
+    # The check before the search sees a small process; from then on (in the forked workers
+    # too) every process is over its share, so the first level ends the search.
+    calls = [0]
+
+    def grows(pid: Any = "self") -> float:
+        calls[0] += 1
+        return 0.0 if calls[0] == 1 else 1e6
+
+    monkeypatch.setattr(xp, "_rss_mb", grows)
+    bound = explore_parallel(cfg, workers=2, max_memory_mb=300.0)
+    monkeypatch.undo()
     assert bound.stopped == "memory bound"
     assert bound.distinct < free.distinct and bound.frontier_left > 0
     assert bound.violation is None
@@ -688,6 +699,23 @@ def test_the_memory_bound_stops_the_parallel_search_in_a_level() -> None:
 def test_a_bad_memory_bound_is_refused(bad: float) -> None:
     with pytest.raises(ValueError, match="max_memory_mb"):
         explore_parallel("tiny", workers=2, max_memory_mb=bad)
+
+
+def test_a_memory_bound_spent_before_the_search_is_refused_up_front(capsys: Any) -> None:
+    """1 MiB is less than a process uses before the first state: a ValueError naming the
+    process's size, not a search stopped at once with 0 states; the CLI says so (exit 2)."""
+    with pytest.raises(ValueError, match="already uses"):
+        explore_parallel("tiny", workers=2, max_memory_mb=1.0)
+    from pagedstate.models.cli import main as cli_main
+
+    assert cli_main(["explore", "--config", "tiny", "--workers", "2", "--max-memory-mb", "1"]) == 2
+    assert "already uses" in capsys.readouterr().err
+
+
+def test_a_state_bound_of_one_reports_the_initial_state_alone() -> None:
+    report = explore("tiny", max_states=1)
+    assert (report.distinct, report.generated, report.stopped) == (1, 0, "state bound")
+    assert report.frontier_left == 1
 
 
 class RaisesInAWorker(PagedStateCheckpointCoordinator):

@@ -100,14 +100,19 @@ def _run_explore(args: argparse.Namespace) -> int:
         if args.max_depth is not None:
             cfg = attrs.evolve(cfg, max_depth=args.max_depth)
         if args.workers > 1:
-            report = explore_parallel(
-                cfg,
-                workers=args.workers,
-                max_states=args.max_states,
-                max_memory_mb=args.max_memory_mb,
-                check_drain=not args.no_drain,
-                progress=progress,
-            )
+            try:
+                report = explore_parallel(
+                    cfg,
+                    workers=args.workers,
+                    max_states=args.max_states,
+                    max_memory_mb=args.max_memory_mb,
+                    check_drain=not args.no_drain,
+                    progress=progress,
+                )
+            except ValueError as e:  # the memory bound, checked before the search starts
+                if not str(e).startswith("max_memory_mb="):
+                    raise
+                raise UsageError(f"argument --max-memory-mb: {e}") from None
         else:
             report = explore(
                 cfg,
