@@ -11,9 +11,13 @@ Two kinds of test:
   device run, ``tools/transfer_device_run.sh``) (``spawn_transfer``: a ``file://``
   rendezvous, so no port to pick; every run is bounded, a rank still alive after its limit
   is killed): the happy
-  path in both payload modes, the sender dying after its leases, the sender stalling past the
-  receiver's timeout, the same image arriving twice, the receiver's pool unable to fit an
-  image, and peers of different layouts.
+  path in both payload modes, the sender dying after its leases, after GO and in the middle
+  of a round's payload, the sender stalling past the receiver's timeout (before GO and in
+  the middle of a payload), the same image arriving twice, the receiver's pool unable to fit
+  an image, and peers of different layouts;
+- **the data group's deadline and abort** (:class:`Link` over a fake ``torch.distributed``:
+  the nccl branch, which needs two GPUs to run for real, and the gloo branch) and a payload
+  that cannot be aborted (the round's reservations are kept, never released).
 
 Sizes: a slice of Qwen3-Next (1 recurrent and 2 attention layers, / 32, 128-token pages):
 an image of 34,304 B in 3 units of 16,384 B (5 region pieces).
@@ -148,6 +152,8 @@ def no_leak(result: dict[str, Any], other: int = 0) -> None:
         {"timeout_s": True},
         {"verify": "maybe"},
         {"receiver_units": 0},
+        {"fault": "sender_dies_mid_payload", "images": 3, "fault_image": 2},  # alone in its round
+        {"fault": "sender_stalls_mid_payload", "window": 1, "slots": 1},
     ],
 )
 def test_config_refuses_bad_fields(kw: dict[str, Any]) -> None:
@@ -249,6 +255,14 @@ def test_bench_rows_checks_every_configuration_before_the_first_run(monkeypatch:
             backend="gloo", model="Qwen3-Next", slice_=(1, 2, 32), block_tokens=[128, 0],
             payloads=["staged"], images=2, window=1, timeout_s=10.0,
         )  # fmt: skip
+
+
+def test_the_data_deadline_is_half_the_group_timeout() -> None:
+    """A round's payload has ``data_timeout_s`` (seconds from posting): below the groups'
+    timeout, so the driver aborts the data group before NCCL's watchdog would act."""
+    assert small(timeout_s=4.0).data_timeout_s == 2.0 == T.DATA_DEADLINE_FRACTION * 4.0
+    assert 0 < T.DATA_DEADLINE_FRACTION < 1
+    assert set(T.MID_PAYLOAD_FAULTS) <= set(T.FAULTS)
 
 
 def test_header_rows_are_int64_and_round_trip() -> None:
@@ -722,6 +736,216 @@ def _run_loops(s: Sender, r: Receiver, timeout: float = 20.0) -> tuple[dict[str,
     return results, rlog
 
 
+def test_a_payload_that_cannot_be_aborted_keeps_its_reservations(monkeypatch: Any) -> None:
+    """The rule for a backend whose data group cannot be aborted: the round's receives may
+    still land, so its reservations are NOT released (quarantined, held to the end of the
+    run) and its staging tensors never used again (replaced); the suspended local restores
+    are resumed, run and checked all the same (they write the slots, which no receive
+    targets). The receiver's ABANDON then stops the sender."""
+    cfg = small(images=4, window=2)
+    s, r = Sender(cfg), Receiver(cfg)
+    old_staging = list(r.staging)
+    exchange = _FakeLink.exchange
+    calls = {"n": 0}
+
+    def lost_once(self: _FakeLink, tensors: Any, sending: bool) -> None:
+        if self.rank == 1:
+            calls["n"] += 1
+            if calls["n"] == 3:  # the warm-up, round 0, then round 1's payload
+                self._get("data")  # the sender's bytes: in flight, not received
+                raise T.PayloadLost(
+                    "fake: lost", works=len(tensors), aborted=False, how="could NOT be aborted"
+                )
+        exchange(self, tensors, sending)
+
+    monkeypatch.setattr(_FakeLink, "exchange", lost_once)
+    results, _ = _run_loops(s, r, timeout=2.0)
+    res = results["r"]
+    assert isinstance(res, dict), res
+    assert res["outcome"] == {"0": ["adopted"], "1": ["adopted"], "2": ["quarantined"],
+                              "3": ["quarantined"]}  # fmt: skip
+    assert res["quarantined"] == [2, 3] and res["local"]["resumed"] == 2
+    assert [2, "local"] in res["checked"] and [3, "local"] in res["checked"]
+    assert res["mismatches"] == []
+    acc = r.accounting()
+    assert acc["transfers"] == 2 * U and acc["suspended"] == 0, acc  # kept, not released
+    assert not [e for e in r.events if e[0] == "transfer" and e[2] == "release"]
+    assert r.staging[0] is not old_staging[0] and r.staging[1] is not old_staging[1]
+    assert r.invariants() == []
+    assert isinstance(results["s"], T.WireError) and "abandoned round 1" in str(results["s"])
+    assert not s.coord.has_offload_pins()  # the sender's finally ended every lease
+
+
+def test_a_quarantined_image_is_never_released_landed_or_adopted() -> None:
+    s, r = pair(small())
+    out = s.lease(0)
+    assert r.queue_local(0)
+    inc = r.accept(out.header, 0)
+    assert isinstance(inc, Incoming)
+    r.quarantine(inc)
+    r.quarantine(inc)  # idempotent
+    assert inc.state == "quarantined" and r.coord.snapshot().transfers == {inc.owner: inc.units}
+    assert r.coord.restore_queued_for(0)  # the local restore is resumed
+    for call in (lambda: r.abort(inc), lambda: r.adopt(inc), lambda: r.land(inc, None)):
+        with pytest.raises(T.TransferError):
+            call()
+    assert r.coord.snapshot().transfers == {inc.owner: inc.units}
+    assert r.run_batch() == 1 and r.check_slot(0, r.local_key).item() == 0
+    s.finish(out)
+
+
+class _Work:
+    """A fake p2p work: ``done_after`` polls it reports completed (None: never), ``fail``
+    raised by ``wait``; ``timeout_fails``: a ``wait`` with a timeout raises (gloo's timed-out
+    wait) unless done. Logs its calls into ``log``."""
+
+    def __init__(self, log: list[Any], name: str, done_after: int | None = None,
+                 fail: str | None = None, timeout_fails: bool = True) -> None:  # fmt: skip
+        self.log, self.name, self.done_after, self.fail = log, name, done_after, fail
+        self.timeout_fails = timeout_fails
+        self.polls = 0
+
+    def is_completed(self) -> bool:
+        self.polls += 1
+        return self.fail is not None or (
+            self.done_after is not None and self.polls > self.done_after
+        )
+
+    def wait(self, timeout: Any = None) -> bool:
+        self.log.append(("wait", self.name, timeout))
+        if self.fail is not None:
+            raise RuntimeError(self.fail)
+        if self.done_after is None and timeout is not None and self.timeout_fails:
+            raise RuntimeError(f"Timed out waiting {timeout} for recv operation to complete")
+        return self.done_after is not None or not self.timeout_fails
+
+
+class _Dist:
+    """A fake ``torch.distributed`` for :class:`Link`'s data path: ``works`` are handed out in
+    order, by ``batch_isend_irecv`` (one grouped work, as nccl's) or one per ``irecv``."""
+
+    def __init__(self, works: list[_Work]) -> None:
+        self.works = list(works)
+        self.posted: list[Any] = []
+
+    def P2POp(self, fn: Any, t: Any, peer: int, group: Any) -> tuple[Any, ...]:  # noqa: N802
+        return (fn, t, peer, group)
+
+    def batch_isend_irecv(self, ops: list[Any]) -> list[_Work]:
+        self.posted.append(("batch", len(ops), ops[0][3]))
+        return [self.works.pop(0)]
+
+    def irecv(self, t: Any, peer: int, group: Any = None) -> _Work:
+        self.posted.append(("irecv", group))
+        return self.works.pop(0)
+
+    isend = irecv
+
+
+def _data_link(dist: _Dist, backend: str, log: list[Any], deadline_s: float = 0.3) -> T.Link:
+    link = T.Link(dist, 1, "ctrl", "data", torch.device("cpu"), data_backend=backend,
+                  data_timeout_s=deadline_s)  # fmt: skip
+    link.on_event = lambda row: log.append(("event", row[2]))
+    return link
+
+
+def _recording_abort(monkeypatch: Any, log: list[Any], fail: bool = False) -> None:
+    import torch.distributed.distributed_c10d as c10d
+
+    def abort(group: Any) -> None:
+        log.append(("abort", group))
+        if fail:
+            raise RuntimeError("planted: the abort fails")
+
+    monkeypatch.setattr(c10d, "_abort_process_group", abort)
+
+
+def test_the_nccl_payload_is_polled_and_aborted_at_the_deadline(monkeypatch: Any) -> None:
+    """The nccl branch (two GPUs to run for real; here over a fake ``torch.distributed``):
+    the payload's grouped work is polled, never waited on blocking, and when the data
+    deadline passes the data group is aborted (``_abort_process_group``) before PayloadLost
+    is raised; the group is not used again."""
+    import time
+
+    log: list[Any] = []
+    _recording_abort(monkeypatch, log)
+    work = _Work(log, "batch")
+    dist = _Dist([work])
+    link = _data_link(dist, "nccl", log)
+    bufs = [torch.zeros(8, dtype=torch.uint8), torch.zeros(8, dtype=torch.uint8)]
+    t0 = time.monotonic()
+    with pytest.raises(T.PayloadLost) as e:
+        link.exchange(bufs, sending=False)
+    elapsed = time.monotonic() - t0
+    assert 0.3 <= elapsed < 2.0, elapsed
+    assert dist.posted == [("batch", 2, "data")] and work.polls > 10
+    assert not [x for x in log if x[0] == "wait"], log  # no blocking wait on the payload
+    assert log == [("abort", "data"), ("event", "abort")], log
+    err = e.value
+    assert (err.done, err.works, err.aborted) == (0, 1, True)
+    assert "data deadline (0.3 s)" in str(err) and "the data group was aborted" in str(err)
+    assert link.data_aborted and link.held == []
+    with pytest.raises(T.WireError, match="aborted by an earlier payload"):
+        link.exchange(bufs, sending=False)
+    assert len(dist.posted) == 1  # nothing posted on an aborted group
+
+
+def test_an_nccl_payload_that_fails_is_aborted_at_once(monkeypatch: Any) -> None:
+    log: list[Any] = []
+    _recording_abort(monkeypatch, log)
+    link = _data_link(_Dist([_Work(log, "batch", fail="NCCL error: remote process exited")]),
+                      "nccl", log, deadline_s=30.0)  # fmt: skip
+    with pytest.raises(T.PayloadLost, match="remote process exited") as e:
+        link.exchange([torch.zeros(8, dtype=torch.uint8)], sending=True)
+    assert e.value.aborted and "image send" in str(e.value)
+    assert [x[0] for x in log] == ["wait", "abort", "event"], log
+
+
+def test_an_nccl_abort_that_fails_keeps_the_buffers(monkeypatch: Any) -> None:
+    """If the data group cannot be aborted, PayloadLost says so (``aborted`` False) and the
+    link keeps the works and their buffers alive (a receive may still write them)."""
+    log: list[Any] = []
+    _recording_abort(monkeypatch, log, fail=True)
+    work = _Work(log, "batch")
+    link = _data_link(_Dist([work]), "nccl", log, deadline_s=0.05)
+    buf = torch.zeros(8, dtype=torch.uint8)
+    with pytest.raises(T.PayloadLost, match="could NOT be aborted") as e:
+        link.exchange([buf], sending=False)
+    assert e.value.aborted is False and ("event", "not aborted") in log
+    assert link.held == [([work], [buf])]
+    assert not T.Link(_Dist([]), 1, "c", None, torch.device("cpu"),
+                      data_backend="nccl").abort_data()[0]  # never the default group  # fmt: skip
+
+
+def test_the_gloo_payload_waits_each_transfer_with_the_time_left(monkeypatch: Any) -> None:
+    """gloo: one work per tensor (a gloo p2p work completes only inside ``wait``), each
+    waited with the time left as its timeout; a failed one makes every unfinished work be
+    waited 1 ms (a timed-out gloo wait closes the group's connections); never
+    ``_abort_process_group``, which does nothing to a gloo group."""
+    import datetime
+
+    log: list[Any] = []
+    _recording_abort(monkeypatch, log)
+    works = [_Work(log, "a", done_after=0), _Work(log, "b", fail="Connection closed by peer")]
+    link = _data_link(_Dist(works), "gloo", log, deadline_s=5.0)
+    with pytest.raises(T.PayloadLost, match="failed after 1 of 2 transfers") as e:
+        link.exchange([torch.zeros(8, dtype=torch.uint8)] * 2, sending=False)
+    assert e.value.aborted and "connections of its context are closed" in str(e.value)
+    waits = [x for x in log if x[0] == "wait"]
+    assert [w[1] for w in waits] == ["a", "b", "b"]
+    assert all(datetime.timedelta(0) < w[2] <= datetime.timedelta(seconds=5) for w in waits)
+    assert waits[-1][2] == datetime.timedelta(milliseconds=1)
+    assert ("abort", "data") not in log and log[-1] == ("event", "abort")
+    # a gloo transfer that neither completes nor fails: not aborted, its buffers kept
+    log.clear()
+    stuck = _Work(log, "c", timeout_fails=False)
+    stuck.wait = lambda timeout=None: False  # type: ignore[method-assign]
+    link = _data_link(_Dist([stuck]), "gloo", log)
+    with pytest.raises(T.PayloadLost, match="could NOT be aborted") as e:
+        link.exchange([torch.zeros(8, dtype=torch.uint8)], sending=False)
+    assert e.value.aborted is False and len(link.held) == 1
+
+
 def test_a_receiver_step_that_raises_mid_round_gives_the_round_up(monkeypatch: Any) -> None:
     """A step of the receiver that raises after the payload arrived (here its landing of
     the round's first image) fails the run, but first gives up every image of the round not
@@ -862,21 +1086,91 @@ def test_two_processes_the_sender_dies_after_its_leases(backend: dict[str, str])
 
 def test_two_processes_the_sender_dies_after_go(backend: dict[str, str]) -> None:
     """(a) The sender dies after GO, so the receiver has posted its payload receives: on
-    gloo they fail when the connection goes, and the round is given up as when the sender
-    dies before GO: both reservations released, both local restores resumed and checked, no
-    leak. On nccl a posted receive cannot be withdrawn and NCCL's watchdog ends the receiver
-    at the timeout: not handled yet (docs/transfer.md); marked xfail there, not run."""
-    if backend["backend"] == "nccl":
-        pytest.xfail("a sender lost after GO is not handled on nccl yet (docs/transfer.md)")
+    gloo they fail when the connection goes; on nccl (a posted receive that cannot be
+    withdrawn) they pass the data deadline. Either way the data group is aborted first, and
+    the round is given up as when the sender dies before GO: both reservations released,
+    both local restores resumed and checked, no leak. (The nccl variant runs only with two
+    GPUs; it was not run on the session that wrote the abort.)"""
     cfg = small(**backend, fault="sender_dies_after_go", fault_image=3, timeout_s=5.0)
     snd, rcv = run(cfg)
     assert snd["exitcode"] == CRASH_EXIT and "after GO" in snd["crashed"]
     assert rcv["exitcode"] == 0, rcv.get("error")
     assert "image receive" in rcv["peer_lost"], rcv["peer_lost"]
-    if backend["backend"] == "nccl":
-        assert "communicator was aborted" in rcv["peer_lost"], rcv["peer_lost"]
+    assert "the data group was aborted" in rcv["peer_lost"], rcv["peer_lost"]
+    assert rcv["lost_payload"]["works_done"] == 0 and rcv["lost_payload"]["aborted"] is True
+    aborted_before_released(rcv)
     assert_round_1_given_up(snd, rcv)
     assert rcv["accounting"]["records"] == 3 * U  # two adopted + the local image
+
+
+def aborted_before_released(rcv: dict[str, Any]) -> None:
+    """The receiver's rows: the data group's abort comes before the first reservation of the
+    lost round is released (a receive still posted could otherwise land in released units)."""
+    ev = rcv["events"]
+    aborts = [k for k, e in enumerate(ev) if e[0] == "data"]
+    releases = [k for k, e in enumerate(ev) if e[0] == "transfer" and e[2] == "release"]
+    assert [ev[k][2] for k in aborts] == ["abort"], [ev[k] for k in aborts]
+    assert releases and aborts[0] < releases[0], (aborts, releases)
+
+
+def first_image_done(rcv: dict[str, Any], backend: dict[str, str], payload: str) -> None:
+    """The lost payload was really lost in the middle: on gloo (one work per tensor) the
+    first image's receives had completed and the rest were still posted; on nccl the
+    payload is one grouped work, which never completed."""
+    lost = rcv["lost_payload"]
+    assert lost["round"] == 1 and lost["aborted"] is True, lost
+    assert "the data group was aborted" in lost["how"], lost
+    if backend["backend"] == "gloo":
+        per_image = 1 if payload == "staged" else rcv["pieces_per_image"]
+        assert (lost["works_done"], lost["works"]) == (per_image, 2 * per_image), lost
+    else:
+        assert (lost["works_done"], lost["works"]) == (0, 1), lost
+
+
+@pytest.mark.parametrize("payload", ["staged", "regions"])
+def test_two_processes_the_sender_dies_mid_payload(backend: dict[str, str], payload: str) -> None:
+    """(a) The sender sends image 2's bytes (the first image of round 1) and dies before
+    image 3's: the receiver's receives of image 2 have completed, image 3's are still posted
+    (gloo) when the connection goes. The data group is aborted before anything is released;
+    the whole round is given up, image 2 too (its bytes arrived but nothing of a lost round
+    is landed or adopted): both reservations released, both local restores resumed, run and
+    checked bit for bit; the sender's ``finally`` settled its leases; no leak."""
+    cfg = small(**backend, payload=payload, fault="sender_dies_mid_payload", fault_image=3)
+    snd, rcv = run(cfg)
+    assert snd["exitcode"] == CRASH_EXIT and "mid-payload" in snd["crashed"], snd.get("crashed")
+    assert rcv["exitcode"] == 0, rcv.get("error")
+    assert "image receive" in rcv["peer_lost"], rcv["peer_lost"]
+    first_image_done(rcv, backend, payload)
+    aborted_before_released(rcv)
+    assert_round_1_given_up(snd, rcv)
+    assert rcv["bytes_received"] == 2 * IMAGE  # image 2's bytes arrived but were not adopted
+    assert rcv["quarantined"] == [] and rcv["accounting"]["records"] == 3 * U
+    assert snd["accounting"]["records"] == 4 * U
+
+
+@pytest.mark.parametrize("payload", ["staged", "regions"])
+def test_two_processes_the_sender_stalls_mid_payload(
+    backend: dict[str, str], payload: str
+) -> None:
+    """(a) A living sender goes silent after image 2's bytes: the receiver's payload passes
+    its data deadline (1 s: half the 2 s group timeout), it aborts the data group, gives the
+    round up as above and sends ABANDON. Only then does the sender send image 3 late: the
+    late send fails (the data group's connections are gone), and no byte of the round's
+    released units or staging tensors changed after the give-up (``late_writes`` 0). The
+    sender fails; its ``finally`` settles every lease; no leak on either side."""
+    cfg = small(
+        **backend, payload=payload, fault="sender_stalls_mid_payload", fault_image=3, timeout_s=2.0
+    )
+    snd, rcv = run(cfg)
+    assert rcv["exitcode"] == 0, rcv.get("error")
+    assert "image receive" in rcv["peer_lost"], rcv["peer_lost"]
+    first_image_done(rcv, backend, payload)
+    aborted_before_released(rcv)
+    assert rcv["late_writes"] == 0, rcv["late_writes"]
+    assert snd["exitcode"] == 1 and "abandoned round 1" in snd["error"], snd.get("error")
+    assert "late send of the rest failed" in snd["error"], snd["error"]
+    assert_round_1_given_up(snd, rcv)
+    assert rcv["bytes_received"] == 2 * IMAGE
 
 
 def test_two_processes_a_stalled_sender_times_the_receiver_out(backend: dict[str, str]) -> None:

@@ -32,7 +32,9 @@ Wire protocol
 -------------
 Control messages are int64 tensors of fixed length on a gloo group (the default group with
 ``gloo``; a ``gloo`` subgroup next to ``nccl``, so the host reads them without a device
-sync); image bytes go over the default group (``nccl`` on GPUs)::
+sync); image bytes go over the **data group**, a subgroup of the run's backend of their own
+(``nccl`` on GPUs), so that a lost payload can be aborted without losing the control
+messages (see "A lost payload" below)::
 
     S -> R  HELLO   [MAGIC, VERSION, page_unit_bytes, image_bytes, units, len, digest, payload]
     S -> R          layout_id as len uint8 bytes
@@ -46,6 +48,8 @@ sync); image bytes go over the default group (``nccl`` on GPUs)::
                     (the receiver posts its receives only now: on NCCL a posted receive
                     cannot be withdrawn if the sender is lost first)
     S -> R  PAYLOAD the accepted images' bytes, in header order (one grouped p2p batch)
+    a lost round (its payload failed or passed the data deadline):
+    R -> S  ABANDON [MAGIC, KIND_ABANDON, round, count, 0, 0, 0, 0]: best effort
     finally:
     S -> R  END     [MAGIC, KIND_END, rounds, images, 0, 0, 0, 0], padded as a ROUND
     R -> S  SUMMARY [adopted, duplicates, refused, aborted, mismatches, verified, 0, 0]
@@ -73,6 +77,24 @@ receiver adopts (publishes READY) and the sender settles (reports the terminal s
 after an event recorded behind the transfer has completed (one host sync per round), so
 "adopted" means the bytes are there (SPEC C13) and a failed transfer is seen before adoption.
 
+A lost payload
+--------------
+A round's payload must complete within ``TransferConfig.data_timeout_s`` seconds
+(:data:`~pagedstate.impl.transfer.config.DATA_DEADLINE_FRACTION` = 0.5 of ``timeout_s``, the
+groups' timeout) of being posted. On nccl its work is polled (``is_completed()``, short
+sleeps); on gloo each transfer is waited with the time left as its timeout (a gloo p2p work
+completes only inside ``wait()``). When a transfer fails or the deadline passes, the data
+group is **aborted before the round is given up** (:meth:`Link.abort_data`): on nccl
+``_abort_process_group`` (``ncclCommAbort``); on gloo, where ``ProcessGroup.abort()`` is a
+no-op, a timed-out wait, which closes every connection of the group's context. Only then
+does the receiver release the round's reservations: a receive that is still posted could
+otherwise land in units handed to someone else. The whole round is given up, an image whose
+bytes fully arrived included: nothing of it is landed or adopted. If the data group cannot
+be aborted, its buffers are kept alive and the round's reservations are **not** released
+(:meth:`Receiver.quarantine`; held to the end of the run); the local restores are resumed
+either way. On the sender, a failed payload aborts the data group too, and only then does
+its ``finally`` end the round's leases.
+
 Faults (``TransferConfig.fault``; each is a test in ``tests/test_transfer.py``)
 ------------------------------------------------------------------------------------
 - ``"sender_dies"``: in the round holding ``fault_image`` the sender leases, sends the
@@ -84,9 +106,19 @@ Faults (``TransferConfig.fault``; each is a test in ``tests/test_transfer.py``)
   hold the local images.
 - ``"sender_dies_after_go"``: as ``"sender_dies"``, but the sender first sends GO, so the
   receiver has posted its payload receives when the sender dies. On gloo the receive fails
-  when the connection goes and the round is given up as above. **Not handled on NCCL yet**
-  (a posted NCCL receive cannot be withdrawn and has no timeout of its own: NCCL's watchdog
-  ends the receiver at the group's timeout; its test is marked xfail there, not run).
+  when the connection goes; on nccl it passes the data deadline; either way the data group
+  is aborted and the round given up as above (the nccl path is written, not yet run on two
+  GPUs).
+- ``"sender_dies_mid_payload"``: after GO the sender sends the bytes of the round's first
+  accepted image as transfers of their own and dies before the rest: on gloo the
+  receiver's first receives have completed and the others are still posted. The data group
+  is aborted, then the whole round is given up (the image whose bytes arrived too).
+- ``"sender_stalls_mid_payload"``: as ``"sender_dies_mid_payload"``, but the sender stays
+  alive and silent until the receiver's ABANDON, then sends the rest late and reports the
+  outcome (``KIND_LATE``): the late send must fail (the receiver aborted its data group
+  before it released anything), and the receiver counts the bytes of the round's units and
+  staging tensors written after it gave up (``late_writes``, 0). The sender then fails; its
+  ``finally`` settles its leases.
 - ``"sender_stalls"``: as ``"sender_dies"``, but the sender stays alive and silent for
   ``2 * timeout_s`` before it sends: the receiver's receive times out (a hung peer, not a
   dead one) and it gives the round up as above. The sender's late send then fails or lands
@@ -117,7 +149,9 @@ from __future__ import annotations
 from .config import (
     BACKENDS,
     CRASH_EXIT,
+    DATA_DEADLINE_FRACTION,
     FAULTS,
+    MID_PAYLOAD_FAULTS,
     PAYLOADS,
     VERIFY_MODES,
     TransferConfig,
@@ -130,6 +164,7 @@ from .config import _config_from_json as _config_from_json
 from .config import _config_json as _config_json
 from .errors import (
     LayoutMismatchError,
+    PayloadLost,
     SenderCrashed,
     TorchMissingError,
     TransferError,
@@ -145,7 +180,9 @@ from .side import Incoming, Outgoing
 from .wire import ACCEPT as ACCEPT
 from .wire import CTRL_LEN as CTRL_LEN
 from .wire import HEADER_LEN as HEADER_LEN
+from .wire import KIND_ABANDON as KIND_ABANDON
 from .wire import KIND_END as KIND_END
+from .wire import KIND_LATE as KIND_LATE
 from .wire import KIND_PAYLOAD as KIND_PAYLOAD
 from .wire import KIND_ROUND as KIND_ROUND
 from .wire import MAGIC as MAGIC
@@ -157,7 +194,9 @@ from .wire import VERSION as VERSION
 __all__ = [
     "BACKENDS",
     "CRASH_EXIT",
+    "DATA_DEADLINE_FRACTION",
     "FAULTS",
+    "MID_PAYLOAD_FAULTS",
     "PAYLOADS",
     "REASONS",
     "VERIFY_MODES",
@@ -167,6 +206,7 @@ __all__ = [
     "Link",
     "LoadOperationId",
     "Outgoing",
+    "PayloadLost",
     "Receiver",
     "Refusal",
     "Reply",

@@ -22,7 +22,9 @@ FAULTS = (
     "none",
     "sender_dies",
     "sender_dies_after_go",
+    "sender_dies_mid_payload",
     "sender_stalls",
+    "sender_stalls_mid_payload",
     "duplicate",
     "receiver_full",
 )
@@ -30,9 +32,20 @@ FAULTS = (
 #: last round (the timed loop then holds only the transfer), every adopted image restored and
 #: checked; ``"none"``: no check.
 VERIFY_MODES = ("round", "end", "none")
-#: Exit status of a sender process that died on purpose (``fault="sender_dies"`` or
-#: ``"sender_dies_after_go"``).
+#: Faults that strike while a round's payload is in flight: the sender sends the bytes of the
+#: first accepted image of the round holding ``fault_image`` and then dies
+#: (``sender_dies_mid_payload``) or stays alive and silent until the receiver has given the
+#: round up (``sender_stalls_mid_payload``). That round must hold two images or more.
+MID_PAYLOAD_FAULTS = ("sender_dies_mid_payload", "sender_stalls_mid_payload")
+#: Exit status of a sender process that died on purpose (``fault="sender_dies"``,
+#: ``"sender_dies_after_go"`` or ``"sender_dies_mid_payload"``).
 CRASH_EXIT = 17
+#: A round's payload must complete within this fraction of ``TransferConfig.timeout_s``
+#: (:attr:`TransferConfig.data_timeout_s`), counted from the moment its transfers are posted;
+#: past it the data group is aborted. Below 1 so that the driver's abort comes before NCCL's
+#: watchdog (which acts at the group's timeout), and so that a peer waiting on the control
+#: group for the outcome (a wait bounded by ``timeout_s``) hears of it in time.
+DATA_DEADLINE_FRACTION = 0.5
 #: The longest ``TransferConfig.timeout_s`` (one day): a process group's timeout must be a
 #: finite ``timedelta``, and a run is bounded by a few times it.
 MAX_TIMEOUT_S = 86_400.0
@@ -142,8 +155,9 @@ class TransferConfig:
         fault: one of :data:`FAULTS`; ``fault_image``: the image it strikes.
         receiver_block_tokens: the receiver's page size if it differs (a layout mismatch).
         baseline: after the protocol, time a plain send/recv of the same tensor sizes.
-        timeout_s: the process group's timeout (a receive waits at most this long), at
-            most :data:`MAX_TIMEOUT_S`.
+        timeout_s: the process groups' timeout in seconds (a control receive waits at most
+            this long), at most :data:`MAX_TIMEOUT_S`; a round's payload has
+            :attr:`data_timeout_s`.
 
     Raises:
         InvalidArgumentError: a field is out of range, or the model, slice and page sizes
@@ -219,6 +233,14 @@ class TransferConfig:
             raise InvalidArgumentError(
                 f"fault_image must be an int in [0, {self.images}), got {self.fault_image!r}"
             )
+        if self.fault in MID_PAYLOAD_FAULTS:
+            start = self.fault_image - self.fault_image % self.window
+            if min(self.images, start + self.window) - start < 2:
+                raise InvalidArgumentError(
+                    f"fault {self.fault!r} needs a round of two images or more; image"
+                    f" {self.fault_image} is alone in its round (images {self.images},"
+                    f" window {self.window})"
+                )
         if type(self.local_restore) is not bool or type(self.baseline) is not bool:
             raise InvalidArgumentError("local_restore and baseline must be bools")
         if (
@@ -250,6 +272,13 @@ class TransferConfig:
                 f"receiver_units ({rx}) must hold {low} units: one image of {rx_per_image} units"
                 + (" and the local image (local_restore)" if self.local_restore else "")
             )
+
+    @property
+    def data_timeout_s(self) -> float:
+        """Seconds a round's payload may take from the moment its transfers are posted:
+        :data:`DATA_DEADLINE_FRACTION` x ``timeout_s``. Past it the data group is aborted and
+        the round given up (``Link.exchange``)."""
+        return DATA_DEADLINE_FRACTION * float(self.timeout_s)
 
     def _units_per_image(self, name: str, block_tokens: int) -> int:
         return image_units(self.model, self.slice, block_tokens, name)

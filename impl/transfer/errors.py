@@ -30,14 +30,40 @@ class WireError(TransferError):
     group's timeout expired (the original error is the ``__cause__``)."""
 
 
+class PayloadLost(WireError):
+    """A round's payload did not complete: a transfer failed (the peer died, a connection
+    broke) or the data deadline (``TransferConfig.data_timeout_s`` seconds from posting)
+    passed. Raised by :meth:`~pagedstate.impl.transfer.Link.exchange` only after it tried to
+    abort the data group, so that nothing can land in the round's buffers any more.
+
+    Attributes:
+        done: transfers of the payload that completed before it was given up.
+        works: transfers posted (on nccl one grouped work for the whole payload).
+        aborted: True when nothing can land any more (the data group was aborted, or every
+            transfer had finished); False when the backend could not be aborted: then the
+            buffers may still be written, the link keeps them alive (``Link.held``) and the
+            caller must neither release nor reuse them.
+        how: what was done to the data group, in words.
+    """
+
+    def __init__(
+        self, message: str, *, done: int = 0, works: int = 0, aborted: bool = False, how: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.done = done
+        self.works = works
+        self.aborted = aborted
+        self.how = how
+
+
 class LayoutMismatchError(TransferError):
     """The peers' layouts differ (``layout_id``, page or image bytes, units or payload mode):
     no image may cross (SPEC A.1). Raised on both ranks after the HELLO exchange."""
 
 
 class SenderCrashed(TransferError):
-    """The sender died on purpose (``fault="sender_dies"`` or ``"sender_dies_after_go"``)
-    after its leases were settled;
+    """The sender died on purpose (``fault="sender_dies"``, ``"sender_dies_after_go"`` or
+    ``"sender_dies_mid_payload"``) after its leases were settled;
     ``result`` is its rank report, written before the process exits."""
 
 

@@ -24,7 +24,17 @@ from .wire import Link
 def run_rank(rank: int, world_size: int, cfg: TransferConfig, init_method: str) -> dict[str, Any]:
     """Run one rank of a transfer under ``torch.distributed`` and return its result: what
     it sent or received, timings in seconds, its unit accounting, the offload / lease /
-    transfer rows it took (``events``) and any SPEC C invariant it broke (``invariants``).
+    transfer rows it took and the data group's aborts (``events``) and any SPEC C invariant
+    it broke (``invariants``).
+
+    Three process groups: the default one (``cfg.backend``), the control group (gloo: the
+    default group with gloo, a gloo subgroup next to nccl) and the data group, a subgroup
+    of ``cfg.backend`` that carries only image bytes, so that a lost payload can be aborted
+    (:meth:`Link.abort_data`) without losing the control messages. Every group times out
+    after ``cfg.timeout_s`` seconds; a round's payload after ``cfg.data_timeout_s``. With
+    nccl, ``TORCH_NCCL_ASYNC_ERROR_HANDLING`` is set to ``0`` in this process before the
+    groups are made (``_abort_process_group`` needs it: otherwise NCCL's watchdog may act on
+    a failed or late transfer first, by ending the process).
 
     Args:
         rank: 0 (sender) or 1 (receiver).
@@ -34,8 +44,8 @@ def run_rank(rank: int, world_size: int, cfg: TransferConfig, init_method: str) 
 
     Raises:
         InvalidArgumentError: ``world_size`` is not 2 or ``rank`` not 0 or 1.
-        SenderCrashed: rank 0 with ``fault="sender_dies"`` or ``"sender_dies_after_go"``
-            (its result is the exception's
+        SenderCrashed: rank 0 with ``fault="sender_dies"``, ``"sender_dies_after_go"`` or
+            ``"sender_dies_mid_payload"`` (its result is the exception's
             ``result`` attribute; the caller should then exit without a teardown).
         LayoutMismatchError, WireError, TransferError: the run failed.
     """
@@ -56,6 +66,8 @@ def run_rank(rank: int, world_size: int, cfg: TransferConfig, init_method: str) 
         device = f"cuda:{rank}"
     else:
         device = "cpu"
+    if cfg.backend == "nccl":
+        os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"
     dist.init_process_group(
         cfg.backend,
         init_method=init_method,
@@ -65,11 +77,22 @@ def run_rank(rank: int, world_size: int, cfg: TransferConfig, init_method: str) 
     )
     crashed = False
     try:
-        # The control group times out like the default one (new_group would wait 30 min).
+        # The control and data groups time out like the default one (new_group would wait
+        # 30 min). Both ranks make them in the same order (new_group is collective).
         timeout = datetime.timedelta(seconds=cfg.timeout_s)
         ctrl = dist.new_group(backend="gloo", timeout=timeout) if cfg.backend == "nccl" else None
+        data = dist.new_group(backend=cfg.backend, timeout=timeout)
         side: _Side = Sender(cfg, device) if rank == 0 else Receiver(cfg, device)
-        link = Link(dist, rank, ctrl, None, side.device)
+        link = Link(
+            dist,
+            rank,
+            ctrl,
+            data,
+            side.device,
+            data_backend=cfg.backend,
+            data_timeout_s=cfg.data_timeout_s,
+        )
+        link.on_event = side.events.append
         t0 = time.perf_counter()
         try:
             if isinstance(side, Sender):

@@ -9,7 +9,7 @@ from typing import Any
 from pagedstate.spec.errors import InvalidArgumentError
 
 from .config import TransferConfig, _need_config, image_key
-from .errors import LayoutMismatchError, TransferError, WireError, _need
+from .errors import LayoutMismatchError, PayloadLost, TransferError, WireError, _need
 from .side import Incoming, _in_state, _Side
 from .timing import _baseline, _Phases, _warm_up
 from .wire import (
@@ -17,7 +17,9 @@ from .wire import (
     ACCEPT,
     CTRL_LEN,
     HEADER_LEN,
+    KIND_ABANDON,
     KIND_END,
+    KIND_LATE,
     KIND_PAYLOAD,
     KIND_ROUND,
     MAGIC,
@@ -172,14 +174,32 @@ class Receiver(_Side):
 
         Raises:
             InvalidArgumentError: ``inc`` is not an :class:`Incoming`.
-            TransferError: ``inc`` was already adopted."""
+            TransferError: ``inc`` was already adopted, or is quarantined (its receive may
+                still land: its units must not be released)."""
         _need(inc, Incoming, "inc")
         if inc.state == "aborted":
             return
-        if inc.state in ("adopted", "duplicate"):
+        if inc.state in ("adopted", "duplicate", "quarantined"):
             raise TransferError(f"image {inc.header.index} is {inc.state}: nothing to abort")
         self.coord.release_transfer_units(inc.owner)
         inc.state = "aborted"
+        if inc.suspended is not None:
+            self.coord.resume_suspended_restore(inc.suspended)
+
+    def quarantine(self, inc: Incoming) -> None:
+        """Give up ``inc`` when its receive may still land (the data group could not be
+        aborted): resume the suspended restore (it writes the slot, which no receive
+        targets) but keep the reservation, so its units are never handed to anyone else
+        while this process lives. Idempotent on a quarantined image.
+
+        Raises:
+            InvalidArgumentError: ``inc`` is not an :class:`Incoming`.
+            TransferError: ``inc`` is not reserved (landed, adopted or aborted)."""
+        _need(inc, Incoming, "inc")
+        if inc.state == "quarantined":
+            return
+        _in_state(inc, "reserved")
+        inc.state = "quarantined"
         if inc.suspended is not None:
             self.coord.resume_suspended_restore(inc.suspended)
 
@@ -219,6 +239,75 @@ class Receiver(_Side):
         return (self.tensors.read_image(slot) != self.image(key)).sum()
 
 
+def _give_up_round(
+    r: Receiver,
+    link: Link,
+    rnd: int,
+    incs: list[Incoming],
+    err: WireError,
+    outcome: dict[int, list[str]],
+    local: dict[str, int],
+) -> dict[str, Any]:
+    """The round ``rnd`` is lost (``err``: no GO, or its payload failed): give every image of
+    it up, the ones whose bytes fully arrived too (nothing of a lost round is landed or
+    adopted). The data group was aborted before ``err`` was raised (:meth:`Link.exchange`),
+    so the reservations are released (``release_transfer_units``) only now, when nothing can
+    land in them; a payload that could not be aborted (``err.aborted`` False) has its
+    reservations kept (:meth:`Receiver.quarantine`) and its staging tensors never reused
+    (replaced). Every suspended local restore is resumed and run here (the caller checks
+    the slots). Then ABANDON tells the sender (best effort), and with
+    ``fault="sender_stalls_mid_payload"`` the receiver waits for the sender's late send
+    (LATE) and counts the bytes of the round's units and staging tensors that changed since
+    the give-up (``late_writes``: must be 0). Returns ``payload``, ``quarantined`` and
+    ``late_writes`` for the result."""
+    cfg = r.cfg
+    staged = cfg.payload == "staged"
+    safe = not isinstance(err, PayloadLost) or err.aborted
+    out: dict[str, Any] = {"quarantined": []}
+    if isinstance(err, PayloadLost):
+        out["payload"] = {
+            "round": rnd,
+            "works_done": err.done,
+            "works": err.works,
+            "aborted": err.aborted,
+            "how": err.how,
+        }
+    for inc in incs:
+        resumed = inc.suspended is not None
+        if safe:
+            r.abort(inc)
+            outcome.setdefault(inc.header.index, []).append("aborted")
+        else:
+            r.quarantine(inc)
+            out["quarantined"].append(inc.header.index)
+            outcome.setdefault(inc.header.index, []).append("quarantined")
+        local["resumed"] += resumed
+    staging = r.staging[: len(incs)] if staged else []
+    if not safe and staged:  # a late receive may write them: never use them again
+        torch = r.torch
+        for k in range(len(incs)):
+            r.staging[k] = torch.zeros_like(r.staging[k])
+    r.run_batch()  # the resumed local restores run (and released units are scrubbed)
+    watch = cfg.fault == "sender_stalls_mid_payload" and bool(incs)
+    units = [u for inc in incs for u in inc.units]
+    before = [r.tensors.read_units(units).clone(), *[t.clone() for t in staging]] if watch else []
+    try:
+        link.send_ints([MAGIC, KIND_ABANDON, rnd, len(incs), 0, 0, 0, 0])
+    except WireError:
+        pass  # the sender is gone: nobody to tell
+    if watch:
+        try:
+            late = link.recv_ints(CTRL_LEN)
+        except WireError:
+            late = []
+        if late[:2] == [MAGIC, KIND_LATE]:
+            after = [r.tensors.read_units(units), *staging]
+            out["late_writes"] = int(
+                sum(int((a != b).sum()) for a, b in zip(after, before, strict=True))
+            )
+    return out
+
+
 def _receiver_loop(r: Receiver, link: Link) -> dict[str, Any]:
     cfg = r.cfg
     torch = r.torch
@@ -252,6 +341,7 @@ def _receiver_loop(r: Receiver, link: Link) -> dict[str, Any]:
     checks: list[tuple[int, str, int, Any]] = []  # (index, what, key, mismatched bytes)
     refusal_changed: list[int] = []
     peer_lost: str | None = None
+    lost: dict[str, Any] = {}
     # Whether each refusal is checked to change nothing (a snapshot before and after every
     # accept: O(state) each, so only in the run that plants the refusal).
     audit = cfg.fault == "receiver_full"
@@ -319,12 +409,7 @@ def _receiver_loop(r: Receiver, link: Link) -> dict[str, Any]:
                 link.exchange(bufs, sending=False)
         except WireError as e:
             peer_lost = str(e)
-            for inc in incs:
-                resumed = inc.suspended is not None
-                r.abort(inc)
-                local["resumed"] += resumed
-                outcome.setdefault(inc.header.index, []).append("aborted")
-            r.run_batch()  # the resumed local restores run
+            lost = _give_up_round(r, link, head[2], incs, e, outcome, local)
             for slot, (index, what, key) in expect.items():
                 checks.append((index, what, key, r.check_slot(slot, key)))
             break
@@ -391,6 +476,9 @@ def _receiver_loop(r: Receiver, link: Link) -> dict[str, Any]:
         "mismatches": mismatches,
         "refusal_changed_state": refusal_changed,
         "peer_lost": peer_lost,
+        "lost_payload": lost.get("payload"),
+        "quarantined": lost.get("quarantined", []),
+        "late_writes": lost.get("late_writes"),
         "local": local,
         "rounds": rounds,
         "transfer_s": transfer_s,

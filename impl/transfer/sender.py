@@ -8,13 +8,16 @@ from typing import Any
 
 from pagedstate.spec.errors import InvalidArgumentError
 
-from .config import TransferConfig, _need_config, image_key
+from .config import MID_PAYLOAD_FAULTS, TransferConfig, _need_config, image_key
 from .errors import LayoutMismatchError, SenderCrashed, TransferError, WireError, _need
 from .side import Outgoing, _in_state, _Side
 from .timing import _baseline, _Phases, _warm_up
 from .wire import (
     ACCEPT,
+    CTRL_LEN,
+    KIND_ABANDON,
     KIND_END,
+    KIND_LATE,
     KIND_PAYLOAD,
     KIND_ROUND,
     MAGIC,
@@ -140,6 +143,55 @@ class Sender(_Side):
         out.state = "settled"
 
 
+def _not_abandoned(msg: list[int]) -> list[int]:
+    """``msg``, unless it is the receiver's ABANDON of a round (it gave the round up after
+    its payload was lost, and stopped): a REPLIES or SUMMARY message never starts with
+    ``MAGIC``.
+
+    Raises:
+        WireError: ``msg`` is an ABANDON."""
+    if msg[:2] == [MAGIC, KIND_ABANDON]:
+        raise WireError(f"the receiver abandoned round {msg[2]} (its payload was lost)")
+    return msg
+
+
+def _mid_payload_fault(
+    s: Sender, link: Link, rnd: int, go: list[Outgoing], data: list[Any]
+) -> None:
+    """The faults of :data:`MID_PAYLOAD_FAULTS`: send the first accepted image's bytes as
+    transfers of their own (the receiver's first receives complete, the rest stay posted),
+    then die (``SenderCrashed``), or stay silent until the receiver's ABANDON of the round,
+    try the rest late, report it (LATE) and fail. Always raises; the caller's ``finally``
+    ends every lease of the round.
+
+    Raises:
+        SenderCrashed: ``sender_dies_mid_payload``.
+        TransferError: ``sender_stalls_mid_payload`` (the message says whether the late send
+            completed, which it must not: the receiver aborted its data group first).
+        WireError: a control message or the first image's send failed."""
+    cfg = s.cfg
+    first = 1 if cfg.payload == "staged" else len(s.pieces)
+    link.exchange(data[:first], sending=True)
+    if cfg.fault == "sender_dies_mid_payload":
+        raise SenderCrashed(
+            f"the sender dies mid-payload of round {rnd}: image {go[0].header.index}'s bytes"
+            f" sent, {len(go) - 1} more image(s) not"
+        )
+    msg = link.recv_ints(CTRL_LEN)  # silent until the receiver has given the round up
+    if msg[:3] != [MAGIC, KIND_ABANDON, rnd]:
+        raise WireError(f"expected the receiver's ABANDON of round {rnd}, got {msg}")
+    try:
+        link.exchange(data[first:], sending=True)
+        late = "completed"
+    except WireError as e:
+        late = f"failed ({e})"
+    link.send_ints([MAGIC, KIND_LATE, rnd, int(late == "completed"), 0, 0, 0, 0])
+    raise TransferError(
+        f"the receiver abandoned round {rnd} (the sender stalled mid-payload); the late send"
+        f" of the rest {late}"
+    )
+
+
 def _sender_loop(s: Sender, link: Link) -> dict[str, Any]:
     cfg = s.cfg
     torch = s.torch
@@ -173,7 +225,7 @@ def _sender_loop(s: Sender, link: Link) -> dict[str, Any]:
                 link.send_ints(
                     _round_message(cfg, [MAGIC, KIND_ROUND, rnd, len(outs), 0, 0, 0, 0], outs)
                 )
-                rows = link.recv_ints(REPLY_LEN * len(outs))
+                rows = _not_abandoned(link.recv_ints(REPLY_LEN * len(outs)))
             replies = [Reply(*rows[k : k + REPLY_LEN]) for k in range(0, len(rows), REPLY_LEN)]
             go: list[Outgoing] = []
             for o, rep in zip(outs, replies, strict=True):
@@ -196,8 +248,11 @@ def _sender_loop(s: Sender, link: Link) -> dict[str, Any]:
                     data = [v for o in go for v in s.regions(o)]
             with ph("control"):
                 link.send_ints([MAGIC, KIND_PAYLOAD, rnd, len(go), 0, 0, 0, 0])
-            if cfg.fault == "sender_dies_after_go" and any(i == cfg.fault_image for i, _ in items):
+            struck = any(i == cfg.fault_image for i, _ in items)
+            if cfg.fault == "sender_dies_after_go" and struck:
                 raise SenderCrashed(f"the sender dies after GO of round {rnd}, before its payload")
+            if cfg.fault in MID_PAYLOAD_FAULTS and struck and len(go) > 1:
+                _mid_payload_fault(s, link, rnd, go, data)
             with ph("exchange"):
                 link.exchange(data, sending=True)
             with ph("settle"):
@@ -213,7 +268,7 @@ def _sender_loop(s: Sender, link: Link) -> dict[str, Any]:
                 s.finish(o)
     link.send_ints(_round_message(cfg, [MAGIC, KIND_END, len(rounds), cfg.images, 0, 0, 0, 0], []))
     transfer_s = time.perf_counter() - t0
-    summary = link.recv_ints(8)
+    summary = _not_abandoned(link.recv_ints(8))
     result: dict[str, Any] = {
         "sent": sent,
         "refused": refused,

@@ -43,7 +43,9 @@ class Incoming:
     """One accepted image on the receiver: its reservation and destination.
 
     ``state``: ``"reserved"`` -> ``"landed"`` (bytes in the units) -> ``"adopted"`` or
-    ``"duplicate"``; or ``"reserved"``/``"landed"`` -> ``"aborted"``."""
+    ``"duplicate"``; or ``"reserved"``/``"landed"`` -> ``"aborted"`` (reservation released);
+    or ``"reserved"`` -> ``"quarantined"`` (a receive that could not be aborted may still
+    land: the reservation is kept to the end of the run)."""
 
     header: ImageHeader
     owner: LoadOperationId

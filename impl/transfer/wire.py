@@ -5,7 +5,9 @@ the peer rank (the protocol is in the package doc)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import datetime
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -13,7 +15,7 @@ import attrs
 from pagedstate.spec.errors import InvalidArgumentError
 
 from .config import _INT64, PAYLOADS, TransferConfig
-from .errors import WireError, _module
+from .errors import PayloadLost, WireError, _module
 
 if TYPE_CHECKING:
     from .side import Outgoing, _Side
@@ -26,6 +28,13 @@ KIND_END = 3
 #: NCCL a posted receive cannot be withdrawn, so a sender lost before its payload would
 #: leave the receiver in a receive only NCCL's watchdog ends, by killing the process).
 KIND_PAYLOAD = 4
+#: "I gave this round up" (receiver to sender, after a lost payload: its data group was
+#: aborted or could not be, its reservations released or held). Best effort: a dead sender
+#: never reads it; a living one may end its leases on it.
+KIND_ABANDON = 5
+#: The outcome of a stalled sender's late send of the rest of an abandoned round
+#: (``fault="sender_stalls_mid_payload"`` only): ``[MAGIC, KIND_LATE, round, completed, ...]``.
+KIND_LATE = 6
 CTRL_LEN = 8
 HEADER_LEN = 8
 REPLY_LEN = 4
@@ -124,20 +133,63 @@ class Refusal:
     reason: str
 
 
+class _DeadlinePassed(Exception):
+    """The data deadline passed with transfers still pending (internal to :class:`Link`)."""
+
+
+#: Backends whose p2p works report completion by themselves (``Work.is_completed()``, polled).
+#: A gloo send/recv work completes only inside its ``wait()`` (torch 2.13: ``is_completed()``
+#: stays False until then, ``get_future()`` is not implemented), so on gloo each work is
+#: waited with the time left as its timeout instead.
+_POLLED = ("nccl",)
+#: Polling pauses (seconds): the first check is immediate, then 20 us doubling up to 100 us
+#: (a round of 8 Qwen3-Next images moves in about 1 ms on NVLink: a coarser pause would
+#: add a large part of that to every round).
+_POLL_FIRST_S = 20e-6
+_POLL_MAX_S = 100e-6
+
+
 class Link:
     """Point-to-point messages to the peer rank (``1 - rank``): control tensors (int64, CPU)
-    on ``ctrl_group``, image bytes on ``data_group`` (None: the default group).
+    on ``ctrl_group``, image bytes on ``data_group``, a process group of their own (of
+    ``data_backend``: ``"gloo"`` or ``"nccl"``) so that it can be aborted without losing the
+    control messages. ``data_group`` None is the default group (then it must not be the
+    control group too: an abort would end the control messages; on nccl the default group
+    is never aborted).
+
+    A payload (:meth:`exchange`) must complete within ``data_timeout_s`` seconds of being
+    posted (None: no deadline of the driver's own, only the group's timeout); when it does
+    not, or a transfer fails, the data group is aborted before :class:`PayloadLost` is
+    raised (:meth:`abort_data`). ``on_event`` (settable; None: not called) receives one row
+    ``["data", "payload", "abort" or "not aborted", how]`` per abort, in the order of the
+    side's own rows. ``held``: the works and buffers of payloads that could not be aborted
+    (kept alive to the end of the process: a receive may still write them).
 
     Every failure of the underlying call raises :class:`WireError` from it.
     """
 
-    def __init__(self, dist: Any, rank: int, ctrl_group: Any, data_group: Any, device: Any):
+    def __init__(
+        self,
+        dist: Any,
+        rank: int,
+        ctrl_group: Any,
+        data_group: Any,
+        device: Any,
+        *,
+        data_backend: str = "gloo",
+        data_timeout_s: float | None = None,
+    ):
         self.dist = dist
         self.rank = rank
         self.peer = 1 - rank
         self.ctrl_group = ctrl_group
         self.data_group = data_group
         self.device = device
+        self.data_backend = data_backend
+        self.data_timeout_s = data_timeout_s
+        self.data_aborted = False
+        self.on_event: Callable[[list[Any]], None] | None = None
+        self.held: list[tuple[list[Any], list[Any]]] = []
         self.torch = _module("torch")
 
     @contextlib.contextmanager
@@ -177,24 +229,191 @@ class Link:
             self.dist.recv(t, self.peer, group=self.ctrl_group)
 
     def exchange(self, tensors: Sequence[Any], sending: bool) -> None:
-        """Send (or receive into) ``tensors`` as one grouped p2p batch and wait until it has
-        completed (on CUDA: an event recorded behind it is synchronized), so the caller may
-        report it done.
+        """Send (or receive into) ``tensors`` on the data group, in order, and wait until
+        every transfer completed (on CUDA: an event recorded behind them is synchronized
+        too), so the caller may report it done.
+
+        The wait is bounded: ``data_timeout_s`` seconds from the moment the transfers are
+        posted. On nccl the payload is one grouped p2p batch (``batch_isend_irecv``) whose
+        work is polled (``is_completed()``, pauses of 20 us doubling to 100 us), never a
+        blocking wait; on gloo one ``isend``/``irecv`` per tensor, each waited with the time
+        left as its timeout (a gloo p2p work completes only inside its ``wait``). When a
+        transfer fails or the deadline passes, the data group is aborted
+        (:meth:`abort_data`) and only then is the error raised.
 
         Raises:
-            WireError: a transfer failed or timed out."""
+            PayloadLost: a transfer failed or the deadline passed; its ``aborted`` says
+                whether nothing can land any more, ``done`` how many transfers completed.
+            WireError: the data group was aborted by an earlier payload."""
         if not tensors:
             return
+        what = "image send" if sending else "image receive"
+        if self.data_aborted:
+            raise WireError(f"{what}: the data group was aborted by an earlier payload")
         dist = self.dist
         fn = dist.isend if sending else dist.irecv
-        with self._wire("image send" if sending else "image receive"):
-            ops = [dist.P2POp(fn, t, self.peer, self.data_group) for t in tensors]
-            for w in dist.batch_isend_irecv(ops):
-                w.wait()
+        works: list[Any] = []
+        finished: list[bool] = []
+        try:
+            if self.data_backend in _POLLED:
+                ops = [dist.P2POp(fn, t, self.peer, self.data_group) for t in tensors]
+                works = list(dist.batch_isend_irecv(ops))
+                finished = [False] * len(works)
+                self._poll(works, finished, self._deadline())
+            else:
+                for t in tensors:
+                    works.append(fn(t, self.peer, group=self.data_group))
+                    finished.append(False)
+                self._wait_each(works, finished, self._deadline())
             if self.device.type == "cuda":
                 ev = self.torch.cuda.Event()
                 ev.record()
                 ev.synchronize()
+        except (RuntimeError, OSError, _DeadlinePassed) as e:
+            if isinstance(e, _DeadlinePassed):
+                cause = f"not completed within the data deadline ({self.data_timeout_s:g} s)"
+            else:
+                cause = str(e)
+            aborted, how = self.abort_data(works, finished)
+            if not aborted:
+                self.held.append((works, list(tensors)))
+            done = sum(finished)
+            raise PayloadLost(
+                f"{what} (rank {self.rank} <-> rank {self.peer}) failed after {done} of"
+                f" {len(works)} transfers: {cause}; {how}",
+                done=done,
+                works=len(works),
+                aborted=aborted,
+                how=how,
+            ) from e
+
+    def _deadline(self) -> float:
+        """The monotonic time a payload posted now must complete by (inf: none)."""
+        if self.data_timeout_s is None:
+            return float("inf")
+        return time.monotonic() + self.data_timeout_s
+
+    def _poll(self, works: list[Any], finished: list[bool], deadline: float) -> None:
+        """Poll ``works`` until all completed (``wait()`` on each then: it raises if the work
+        failed and orders the current stream after it). Raises :class:`_DeadlinePassed`
+        past ``deadline``, RuntimeError from a failed work."""
+        pause = 0.0
+        while True:
+            for k, w in enumerate(works):
+                if not finished[k] and w.is_completed():
+                    w.wait()
+                    finished[k] = True
+            if all(finished):
+                return
+            if time.monotonic() >= deadline:
+                raise _DeadlinePassed()
+            if pause:
+                time.sleep(pause)
+            pause = min(max(2 * pause, _POLL_FIRST_S), _POLL_MAX_S)
+
+    def _wait_each(self, works: list[Any], finished: list[bool], deadline: float) -> None:
+        """gloo: wait each work in order with the time left (at least 1 ms) as its timeout.
+        A gloo wait that times out closes every connection of the group's context before
+        it raises (gloo's ``UnboundBuffer::waitRecv``/``waitSend``: "Application timeout
+        caused pair closure"), so the deadline itself stops the transfers."""
+        for k, w in enumerate(works):
+            left = deadline - time.monotonic()
+            if left == float("inf"):
+                ok = w.wait()
+            else:
+                ok = w.wait(datetime.timedelta(seconds=max(left, 1e-3)))
+            if ok is False:
+                raise RuntimeError("the wait of a transfer was aborted")
+            finished[k] = True
+
+    def abort_data(
+        self, works: Sequence[Any] = (), finished: Sequence[bool] = ()
+    ) -> tuple[bool, str]:
+        """Make sure nothing can land in the buffers of the unfinished ``works`` (``finished``
+        marks those known done; missing entries count as unfinished): returns ``(aborted,
+        how)``; ``aborted`` False means a transfer may still write its buffer.
+
+        - gloo: ``ProcessGroup.abort()``, ``_abort_process_group`` and
+          ``destroy_process_group`` do nothing to a gloo group's connections in torch 2.13
+          (``ProcessGroupGloo`` keeps ``Backend::abort()``, a no-op: a receive posted before
+          any of them still lands). What closes them is a timed-out wait: every unfinished
+          work is waited 1 ms; one that times out closes every connection of the data
+          group's context, after which no receive of it can be written and every other
+          wait fails at once. Aborted when each unfinished work either raised (its
+          connection is closed) or turned out complete.
+        - nccl: ``torch.distributed.distributed_c10d._abort_process_group(data_group)``
+          (``ncclCommAbort`` of its communicators, which stops their kernels; run with
+          ``TORCH_NCCL_ASYNC_ERROR_HANDLING=0``, set by ``run_rank``), whatever ``works``
+          says (a failed ``batch_isend_irecv`` may have queued some). Not for the default
+          group (it would abort the control group too): then not aborted.
+        - any other backend: not aborted (there is no abort the driver knows).
+
+        Afterwards the data group is not used again (:attr:`data_aborted`). Never raises.
+        """
+        pending = [w for k, w in enumerate(works) if not (k < len(finished) and finished[k])]
+        self.data_aborted = True
+        if self.data_backend == "gloo":
+            unknown = closed = 0
+            for w in pending:
+                try:
+                    if w.wait(datetime.timedelta(milliseconds=1)) is False:
+                        unknown += 1
+                except (RuntimeError, OSError):
+                    closed += 1  # its connection is closed: nothing can land in it
+            if unknown:
+                aborted, how = (
+                    False,
+                    (
+                        f"the data group could NOT be aborted ({unknown} gloo transfers neither"
+                        " completed nor failed)"
+                    ),
+                )
+            elif closed:
+                aborted, how = (
+                    True,
+                    (
+                        "the data group was aborted (gloo: the connections of its context are"
+                        f" closed, {closed} transfers failed; nothing can land)"
+                    ),
+                )
+            else:
+                aborted, how = (
+                    True,
+                    (
+                        "the data group was aborted (gloo: no transfer was left pending; nothing"
+                        " can land)"
+                    ),
+                )
+        elif self.data_backend == "nccl":
+            if self.data_group is None:
+                aborted, how = (
+                    False,
+                    ("the data group could NOT be aborted (nccl: it is the default group)"),
+                )
+            else:
+                c10d = _module("torch.distributed.distributed_c10d")
+                try:
+                    c10d._abort_process_group(self.data_group)
+                    aborted, how = (
+                        True,
+                        (
+                            "the data group was aborted (nccl: ncclCommAbort by"
+                            " _abort_process_group; nothing can land)"
+                        ),
+                    )
+                except Exception as e:  # noqa: BLE001 - reported, never raised
+                    aborted, how = (
+                        False,
+                        (f"the data group could NOT be aborted (nccl: {type(e).__name__}: {e})"),
+                    )
+        else:
+            aborted, how = (
+                False,
+                (f"the data group could NOT be aborted ({self.data_backend}: no abort known)"),
+            )
+        if self.on_event is not None:
+            self.on_event(["data", "payload", "abort" if aborted else "not aborted", how])
+        return aborted, how
 
     def barrier(self) -> None:
         """Both ranks reach this point (on the control group).
