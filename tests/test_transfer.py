@@ -25,6 +25,7 @@ an image of 34,304 B in 3 units of 16,384 B (5 region pieces).
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -32,6 +33,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from pagedstate.gpu.triton_copy import triton_available  # noqa: E402
 from pagedstate.impl import transfer as T  # noqa: E402
 from pagedstate.impl.transfer import (  # noqa: E402
     CRASH_EXIT,
@@ -151,6 +153,7 @@ def no_leak(result: dict[str, Any], other: int = 0) -> None:
         {"timeout_s": 0},
         {"timeout_s": True},
         {"verify": "maybe"},
+        {"copy_engine": "cuda-graphs"},
         {"receiver_units": 0},
         {"fault": "sender_dies_mid_payload", "images": 3, "fault_image": 2},  # alone in its round
         {"fault": "sender_stalls_mid_payload", "window": 1, "slots": 1},
@@ -1034,6 +1037,86 @@ def test_two_processes_happy_path_staged(backend: dict[str, str]) -> None:
     assert snd["baseline_s"] > 0 and rcv["baseline_s"] > 0
 
 
+#: The copy engine over the staging rows (issue 21): torch always, Triton where its
+#: interpreter runs the kernel on these CPU tensors (tests/conftest.py).
+STAGING_ENGINES = ["torch"] + (
+    ["triton"] if triton_available() and os.environ.get("TRITON_INTERPRET") == "1" else []
+)
+
+
+@pytest.mark.parametrize("engine", STAGING_ENGINES)
+def test_one_image_end_to_end_through_the_copy_engine(engine: str) -> None:
+    s, r = pair(small(copy_engine=engine))
+    assert s.copy_engine == r.copy_engine == engine and s.rows is not None
+    h = s.keys[1]
+    out = s.lease(1)
+    assert r.queue_local(0)
+    inc = r.accept(out.header, 0)
+    assert isinstance(inc, Incoming)
+    move(s, r, out, inc)
+    assert inc.state == "landed" and r.adopt(inc) is True
+    assert torch.equal(restored(r, h, 0), s.image(h))
+    assert check_invariants(r.coord.snapshot()) == [] and check_invariants(s.coord.snapshot()) == []
+
+
+@pytest.mark.parametrize("engine", STAGING_ENGINES)
+def test_a_round_is_gathered_and_landed_in_one_batch(engine: str) -> None:
+    """gather_round / land_round: one executor batch per round (counted), every image's
+    bytes bit-exact, the variant inverted, every source released; a staging buffer that is
+    not one of the rows is refused with nothing changed."""
+    cfg = small(copy_engine=engine, images=4, window=2, slots=2)
+    s, r = pair(cfg)
+    outs = [s.lease(0), s.lease(2, variant=1)]
+    before = s.rows.executor.batches
+    wires = s.gather_round(outs)
+    assert s.rows.executor.batches == before + 1
+    assert [o.state for o in outs] == ["released", "released"]
+    pins = s.coord.snapshot().offload_pins
+    assert len(pins) == 2 and all(p.source_released for p in pins.values())
+    assert torch.equal(wires[0], s.image(s.keys[0]))
+    assert torch.equal(wires[1], s.image(s.keys[2]).bitwise_not())
+    incs = [r.accept(o.header, k) for k, o in enumerate(outs)]
+    assert all(isinstance(i, Incoming) for i in incs)
+    for k, w in enumerate(wires):
+        r.buffers(incs[k], r.staging[k])[0].copy_(w)
+    before = r.rows.executor.batches
+    r.land_round(incs)  # type: ignore[arg-type]
+    assert r.rows.executor.batches == before + 1
+    for k, inc in enumerate(incs):
+        assert inc.state == "landed"  # type: ignore[union-attr]
+        got = r.tensors.read_units(list(inc.units)).view(torch.uint8)[:IMAGE]  # type: ignore[union-attr]
+        assert torch.equal(got, wires[k])
+    o = s.lease(1)
+    snap = s.coord.snapshot()
+    with pytest.raises(InvalidArgumentError):
+        s.gather(o, torch.zeros_like(s.staging[0]))  # not one of the rows
+    assert s.coord.snapshot() == snap and o.state == "leased"
+    for x in (*outs, o):
+        s.finish(x)
+
+
+@pytest.mark.parametrize("engine", STAGING_ENGINES)
+def test_two_processes_through_the_copy_engine(engine: str) -> None:
+    cfg = small(images=4, window=2, slots=2, units=4 * U, copy_engine=engine)
+    snd, rcv = run(cfg)
+    assert snd["exitcode"] == 0 and rcv["exitcode"] == 0, (snd.get("error"), rcv.get("error"))
+    assert snd["copy_engine"] == rcv["copy_engine"] == engine
+    assert rcv["outcome"] == {str(i): ["adopted"] for i in range(4)}
+    assert rcv["checked"] == [[i, "image"] for i in range(4)] and rcv["mismatches"] == []
+    assert terminal_leases(snd) == (4, 4)
+    no_leak(snd)
+    no_leak(rcv)
+
+
+def test_two_processes_mid_payload_loss_through_the_copy_engine() -> None:
+    cfg = small(copy_engine="torch", fault="sender_dies_mid_payload", fault_image=3)
+    snd, rcv = run(cfg)
+    assert snd["exitcode"] == CRASH_EXIT and rcv["exitcode"] == 0, rcv.get("error")
+    assert rcv["copy_engine"] == "torch"
+    aborted_before_released(rcv)
+    assert_round_1_given_up(snd, rcv)
+
+
 def test_two_processes_the_same_image_twice_regions(backend: dict[str, str]) -> None:
     """(b) over the wire: image 1 arrives again (inverted bytes) in a last round; the
     receiver's second adoption returns False and every restore of it is the first copy."""
@@ -1149,9 +1232,7 @@ def test_two_processes_the_sender_dies_mid_payload(backend: dict[str, str], payl
 
 
 @pytest.mark.parametrize("payload", ["staged", "regions"])
-def test_two_processes_the_sender_stalls_mid_payload(
-    backend: dict[str, str], payload: str
-) -> None:
+def test_two_processes_the_sender_stalls_mid_payload(backend: dict[str, str], payload: str) -> None:
     """(a) A living sender goes silent after image 2's bytes: the receiver's payload passes
     its data deadline (1 s: half the 2 s group timeout), it aborts the data group, gives the
     round up as above and sends ABANDON. Only then does the sender send image 3 late: the

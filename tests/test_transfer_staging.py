@@ -188,3 +188,76 @@ def test_the_phase_benchmark_cli_refuses_bad_input(capsys: Any) -> None:
         with pytest.raises(SystemExit) as e:
             tp.main(argv)
         assert e.value.code == 2
+
+
+CUDA = torch.cuda.is_available() and triton_available()
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device and Triton (the device run)")
+@pytest.mark.parametrize("block_tokens", [16, 512])
+def test_on_cuda_the_triton_rows_move_every_image_bit_exact(block_tokens: int) -> None:
+    lay = _layout("Qwen/Qwen3-Next-80B-A3B-Instruct", None, block_tokens)
+    u = lay.units_per_checkpoint
+    src = StateTensors(lay, 1, 3 * u, "cuda")
+    dst = StateTensors(lay, 1, 3 * u, "cuda")
+    for x in src.kv_tensors:
+        x.view(torch.int16).random_(-(1 << 15), 1 << 15)
+    for x in dst.kv_tensors:
+        x.zero_()
+    a = StagingRows(lay, src.kv_tensors, 2, 3 * u, "cuda")
+    b = StagingRows(lay, dst.kv_tensors, 2, 3 * u, "cuda")
+    assert a.engine == b.engine == "triton"
+    images = [tuple(range(2 * u - 1, u - 1, -1)), tuple(range(2 * u, 3 * u))]
+    a.gather(images)
+    b.rows.copy_(a.rows)
+    into = [tuple(range(0, u)), tuple(range(u, 2 * u))]
+    b.land(into)
+    torch.cuda.synchronize()
+    for k in range(2):
+        assert torch.equal(a.wire(k), _stream(src, images[k]))
+        assert torch.equal(_stream(dst, into[k]), a.wire(k))
+    before = [x.view(torch.int16).clone() for x in dst.kv_tensors]
+    with pytest.raises(BatchHazardError):
+        b.land([into[0], into[0]])
+    torch.cuda.synchronize()
+    assert all(
+        torch.equal(x.view(torch.int16), y) for x, y in zip(dst.kv_tensors, before, strict=True)
+    )
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device and Triton (the device run)")
+def test_on_cuda_the_driver_gathers_and_lands_a_round_through_triton() -> None:
+    from pagedstate.impl.transfer import Incoming, Receiver
+
+    cfg = TransferConfig(
+        images=4,
+        window=4,
+        slots=4,
+        units=4 * 101,
+        receiver_units=5 * 101,
+        slice=None,
+        block_tokens=16,
+        backend="nccl",
+        device="cuda",
+        local_restore=False,
+    )
+    s = Sender(cfg, "cuda:0")
+    r = Receiver(cfg, "cuda:0")
+    assert s.copy_engine == r.copy_engine == "triton"
+    s.prefill()
+    outs = [s.lease(i) for i in range(4)]
+    wires = s.gather_round(outs)
+    incs = [r.accept(o.header, k) for k, o in enumerate(outs)]
+    assert all(isinstance(i, Incoming) for i in incs)
+    for k, w in enumerate(wires):
+        r.buffers(incs[k], r.staging[k])[0].copy_(w)
+    r.land_round(incs)  # type: ignore[arg-type]
+    for k, inc in enumerate(incs):
+        assert r.adopt(inc) is True  # type: ignore[arg-type]
+        assert r.coord.begin_restore(s.keys[k], k)
+    r.run_batch()
+    torch.cuda.synchronize()
+    for k in range(4):
+        assert r.check_slot(k, s.keys[k]).item() == 0
+    for o in outs:
+        s.finish(o)

@@ -148,6 +148,7 @@ from __future__ import annotations
 
 from .config import (
     BACKENDS,
+    COPY_ENGINES,
     CRASH_EXIT,
     DATA_DEADLINE_FRACTION,
     FAULTS,
@@ -193,6 +194,7 @@ from .wire import VERSION as VERSION
 
 __all__ = [
     "BACKENDS",
+    "COPY_ENGINES",
     "CRASH_EXIT",
     "DATA_DEADLINE_FRACTION",
     "FAULTS",

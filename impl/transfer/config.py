@@ -17,6 +17,12 @@ from .errors import _module
 BACKENDS = ("gloo", "nccl")
 #: How image bytes travel (see the module doc).
 PAYLOADS = ("staged", "regions")
+#: How the staged payload's bytes are gathered and landed (``TransferConfig.copy_engine``):
+#: ``"index"``, the driver's per-image ``index_select``/``index_copy_`` path; ``"triton"`` or
+#: ``"torch"``, the copy engine over the round's staging rows (one batch per round, one
+#: launch with Triton: :mod:`pagedstate.impl.transfer.staging`); ``"auto"``: ``"triton"``
+#: on CUDA when Triton imports, ``"index"`` otherwise.
+COPY_ENGINES = ("auto", "index", "triton", "torch")
 #: Injected faults (see the module doc).
 FAULTS = (
     "none",
@@ -149,6 +155,8 @@ class TransferConfig:
         device: ``"cpu"`` or ``"cuda"``.
         seed: seeds every image's bytes and prefix hash.
         payload: ``"staged"`` or ``"regions"`` (module doc).
+        copy_engine: how a staged payload is gathered and landed (:data:`COPY_ENGINES`);
+            the regions payload has nothing to gather.
         local_restore: the receiver keeps a local older image and queues its restore into
             each destination slot before the transfer (the restore D.12 suspends).
         verify: ``"round"``, ``"end"`` or ``"none"`` (:data:`VERIFY_MODES`).
@@ -178,6 +186,7 @@ class TransferConfig:
     device: str = "cpu"
     seed: int = 0
     payload: str = "staged"
+    copy_engine: str = "auto"
     local_restore: bool = True
     verify: str = "round"
     fault: str = "none"
@@ -222,6 +231,7 @@ class TransferConfig:
         _positive("seed", self.seed, 0)
         for name, allowed in (
             ("payload", PAYLOADS),
+            ("copy_engine", COPY_ENGINES),
             ("verify", VERIFY_MODES),
             ("fault", FAULTS),
         ):

@@ -119,6 +119,7 @@ def _rank_report(side: _Side, result: dict[str, Any], t0: float) -> dict[str, An
         "wall_s": time.perf_counter() - t0,
         "layout": {k: v for k, v in lay.describe().items()},
         "pieces_per_image": len(side.pieces),
+        "copy_engine": side.copy_engine,
         "accounting": side.accounting(),
         "ready": sorted(h for h in store.hash_to_checkpoint if side.coord.contains(h)),
         "offload_pins_reclaimed": store.offload_pins_reclaimed,

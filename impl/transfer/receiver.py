@@ -4,6 +4,7 @@ or abort, restore and check) and its loop over the rounds (:func:`_receiver_loop
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from pagedstate.spec.errors import InvalidArgumentError
@@ -130,7 +131,9 @@ class Receiver(_Side):
         if staging is not None:
             self._staging(staging)
         _in_state(inc, "reserved")
-        if staging is not None and self.uniform:
+        if staging is not None and self.rows is not None:
+            self.rows.land([inc.units], [self._row_of(staging)])
+        elif staging is not None and self.uniform:
             idx = self._unit_index(inc.units)
             grid = self._grid(staging)
             for r, rows in enumerate(self._kv_words):
@@ -145,6 +148,30 @@ class Receiver(_Side):
                 for v, p in zip(views, parts, strict=True):
                     v.copy_(p)
         inc.state = "landed"
+
+    def land_round(self, incs: Sequence[Incoming]) -> None:
+        """:meth:`land` of ``staging[k]`` into ``incs[k]``'s units for every image of a
+        round (staged payloads): with the copy engine (:attr:`rows`) one batch, one launch
+        with Triton; otherwise image by image.
+
+        Raises:
+            InvalidArgumentError: an element is not an :class:`Incoming`, or more images
+                than staging buffers; nothing changed.
+            TransferError: an image is not reserved; nothing changed."""
+        for inc in incs:
+            _need(inc, Incoming, "inc")
+            _in_state(inc, "reserved")
+        if len(incs) > len(self.staging):
+            raise InvalidArgumentError(
+                f"a round of {len(incs)} images; there are {len(self.staging)} staging buffers"
+            )
+        if self.rows is None:
+            for k, inc in enumerate(incs):
+                self.land(inc, self.staging[k])
+            return
+        self.rows.land([inc.units for inc in incs])
+        for inc in incs:
+            inc.state = "landed"
 
     def adopt(self, inc: Incoming) -> bool:
         """Publish ``inc``'s units as the READY image of its hash (``adopt_transfer_units``)
@@ -285,8 +312,11 @@ def _give_up_round(
     staging = r.staging[: len(incs)] if staged else []
     if not safe and staged:  # a late receive may write them: never use them again
         torch = r.torch
-        for k in range(len(incs)):
-            r.staging[k] = torch.zeros_like(r.staging[k])
+        if r.rows is not None:
+            r.new_rows()  # the old rows stay alive in `staging` below, never reused
+        else:
+            for k in range(len(incs)):
+                r.staging[k] = torch.zeros_like(r.staging[k])
     r.run_batch()  # the resumed local restores run (and released units are scrubbed)
     watch = cfg.fault == "sender_stalls_mid_payload" and bool(incs)
     units = [u for inc in incs for u in inc.units]
@@ -414,9 +444,13 @@ def _receiver_loop(r: Receiver, link: Link) -> dict[str, Any]:
                 checks.append((index, what, key, r.check_slot(slot, key)))
             break
         try:
-            for k, inc in enumerate(incs):
-                with ph("land"):
-                    r.land(inc, r.staging[k] if staged else None)
+            with ph("land"):
+                if staged:
+                    r.land_round(incs)
+                else:
+                    for inc in incs:
+                        r.land(inc, None)
+            for inc in incs:
                 released = inc.suspended is not None
                 with ph("adopt"):
                     fresh = r.adopt(inc)

@@ -4,6 +4,7 @@ loop over the rounds (:func:`_sender_loop`)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from pagedstate.spec.errors import InvalidArgumentError
@@ -103,7 +104,9 @@ class Sender(_Side):
         self._staging(buf)
         _in_state(out, "leased")
         torch = self.torch
-        if self.uniform:
+        if self.rows is not None:
+            self.rows.gather([out.units], [self._row_of(buf)])
+        elif self.uniform:
             idx = self._unit_index(out.units)
             for r, rows in enumerate(self._kv_words):
                 torch.index_select(rows, 0, idx, out=self._scratch[r])
@@ -116,6 +119,35 @@ class Sender(_Side):
         self.coord.release_offload_store_source(out.op)
         out.state = "released"
         return wire
+
+    def gather_round(self, outs: Sequence[Outgoing]) -> list[Any]:
+        """:meth:`gather` of ``outs[k]`` into ``staging[k]`` for every image of a round: with
+        the copy engine (:attr:`rows`) one batch, one launch with Triton, for the whole
+        round; otherwise image by image. Returns the wire views, in order.
+
+        Raises:
+            InvalidArgumentError: an element is not an :class:`Outgoing`, or more images
+                than staging buffers; nothing changed.
+            TransferError: an image is not leased; nothing changed."""
+        for o in outs:
+            _need(o, Outgoing, "out")
+            _in_state(o, "leased")
+        if len(outs) > len(self.staging):
+            raise InvalidArgumentError(
+                f"a round of {len(outs)} images; there are {len(self.staging)} staging buffers"
+            )
+        if self.rows is None:
+            return [self.gather(o, self.staging[k]) for k, o in enumerate(outs)]
+        self.rows.gather([o.units for o in outs])
+        wires = []
+        for k, o in enumerate(outs):
+            wire = self.wire(self.staging[k])
+            if o.header.variant:
+                wire.bitwise_not_()
+            self.coord.release_offload_store_source(o.op)
+            o.state = "released"
+            wires.append(wire)
+        return wires
 
     def regions(self, out: Outgoing) -> list[Any]:
         """The views of ``out``'s unit regions to send in ``regions`` mode (the source pin is
@@ -243,7 +275,7 @@ def _sender_loop(s: Sender, link: Link) -> dict[str, Any]:
                     time.sleep(2 * cfg.timeout_s)
             with ph("gather"):
                 if cfg.payload == "staged":
-                    data = [s.gather(o, s.staging[k]) for k, o in enumerate(go)]
+                    data = s.gather_round(go)
                 else:
                     data = [v for o in go for v in s.regions(o)]
             with ph("control"):

@@ -129,6 +129,19 @@ class _Side:
         self.staging = [
             torch.zeros(padded, dtype=torch.uint8, device=self.device) for _ in range(cfg.window)
         ]
+        #: The copy engine over the round's staging rows (``copy_engine`` ``"triton"`` or
+        #: ``"torch"``, or ``"auto"`` on CUDA with Triton), or None (the per-image index path).
+        #: With it, :attr:`staging` are its rows (``image_bytes`` padded to 256 B) and a
+        #: round is gathered and landed in one batch (:meth:`Sender.gather_round`,
+        #: :meth:`Receiver.land_round`).
+        self.rows: Any = None
+        self.copy_engine = "index"
+        engine = cfg.copy_engine
+        if engine == "auto" and cfg.payload == "staged" and self.device.type == "cuda":
+            engine = "triton" if _module("pagedstate.gpu.triton_copy").triton_available() else ""
+        if engine in ("triton", "torch") and cfg.payload == "staged":
+            self._units = units
+            self.new_rows(engine)
 
         if self.uniform:
             k = len(regions)
@@ -148,6 +161,21 @@ class _Side:
             self._scratch = torch.zeros(
                 (k, self.units_per_image, regions[0] // word), dtype=self._word, device=self.device
             )
+
+    def new_rows(self, engine: str | None = None) -> None:
+        """(Re)build the copy engine's staging rows (fresh tensors: rows a late receive may
+        still write are dropped, never reused) and point :attr:`staging` at them."""
+        staging_mod = _module("pagedstate.impl.transfer.staging")
+        self.rows = staging_mod.StagingRows(
+            self.layout,
+            self.tensors.kv_tensors,
+            self.cfg.window,
+            self._units,
+            self.device,
+            engine or self.copy_engine,
+        )
+        self.copy_engine = self.rows.engine
+        self.staging = [self.rows.rows[k] for k in range(self.cfg.window)]
 
     def _on_transition(self, machine: str, row: Any, subject: object) -> None:
         if machine not in ("offload", "lease", "transfer"):
@@ -262,6 +290,19 @@ class _Side:
                 f"a staging buffer is a contiguous uint8 tensor of {want} bytes on"
                 f" {self.device}, got {got}"
             )
+
+    def _row_of(self, staging: Any) -> int:
+        """Which of :attr:`staging` (the copy engine's rows) ``staging`` is.
+
+        Raises:
+            InvalidArgumentError: none of them (with the copy engine a staging buffer must be
+                one of its rows)."""
+        for k, row in enumerate(self.staging):
+            if row is staging:
+                return k
+        raise InvalidArgumentError(
+            "with the copy engine a staging buffer must be one of this rank's staging rows"
+        )
 
     def _unit_index(self, units: Sequence[int]) -> Any:
         for u in units:

@@ -152,34 +152,45 @@ class StagingRows:
         (a contiguous view)."""
         return self.rows[k, : self._image_bytes]
 
-    def _ops(self, cls: Any, images: Sequence[Sequence[int]]) -> list[Any]:
+    def _ops(
+        self, cls: Any, images: Sequence[Sequence[int]], at: Sequence[int] | None
+    ) -> list[Any]:
         if len(images) > self.window:
             raise InvalidArgumentError(
                 f"a round of {len(images)} images; there are {self.window} staging rows"
             )
+        if at is None:
+            at = range(len(images))
+        elif len(at) != len(images):
+            raise InvalidArgumentError(f"{len(images)} images but {len(at)} rows named")
         n, lid = self._image_bytes, self._layout_id
-        return [cls.from_runs(k, _runs_of(units), n, lid) for k, units in enumerate(images)]
+        # a row out of range or named twice is the executor's to refuse (a slot, SPEC E.5)
+        return [
+            cls.from_runs(k, _runs_of(units), n, lid) for k, units in zip(at, images, strict=True)
+        ]
 
-    def gather(self, images: Sequence[Sequence[int]]) -> None:
-        """Copy image ``k``'s units (piece order) into row ``k``, for every image of the
-        round, in one batch (one launch with Triton). Asynchronous on CUDA (the current
+    def gather(self, images: Sequence[Sequence[int]], at: Sequence[int] | None = None) -> None:
+        """Copy image ``k``'s units (piece order) into row ``k`` (or ``at[k]``), for every
+        image of the round, in one batch (one launch with Triton). Asynchronous on CUDA (the current
         stream): later writers of those units queued on that stream run after it.
 
         Raises:
-            InvalidArgumentError: more images than rows.
-            CopyOpError, BatchHazardError: the executor refused the round (a unit out of
-                range, the wrong number of units, ...): nothing was copied.
+            InvalidArgumentError: more images than rows, or ``at`` of another length.
+            CopyOpError, BatchHazardError: the executor refused the round (a unit or row
+                out of range, the wrong number of units, ...): nothing was copied.
         """
-        self.executor.execute((), self._ops(CheckpointRestoreOp, images))
+        self.executor.execute((), self._ops(CheckpointRestoreOp, images, at))
 
-    def land(self, images: Sequence[Sequence[int]]) -> None:
-        """Copy row ``k`` into image ``k``'s units (piece order), for every image of the
-        round, in one batch (one launch with Triton). Only the image's bytes are written: a
-        unit's tail past ``image_bytes`` keeps what it held (as after any store).
+    def land(self, images: Sequence[Sequence[int]], at: Sequence[int] | None = None) -> None:
+        """Copy row ``k`` (or ``at[k]``) into image ``k``'s units (piece order), for every
+        image of the round, in one batch (one launch with Triton). Only the image's bytes
+        are written: a unit's tail past ``image_bytes`` keeps what it held (as after any
+        store).
 
         Raises:
-            InvalidArgumentError: more images than rows.
+            InvalidArgumentError: more images than rows, or ``at`` of another length.
             CopyOpError, BatchHazardError: the executor refused the round (two images
-                sharing a unit, a unit out of range, ...): nothing was written.
+                sharing a unit or a row, a unit or row out of range, ...): nothing was
+                written.
         """
-        self.executor.execute(self._ops(CheckpointStoreOp, images), ())
+        self.executor.execute(self._ops(CheckpointStoreOp, images, at), ())
