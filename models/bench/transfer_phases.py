@@ -10,21 +10,22 @@ one device, with the driver's own objects (a :class:`~pagedstate.impl.transfer.S
 a :class:`~pagedstate.impl.transfer.Receiver` on one device, their pools, coordinators and
 tensors), per round of ``window`` images:
 
-- **index**: the driver's staged path as the protocol runs it today, per image: the unit
-  ids to the device (a blocking host-to-device copy), one ``index_select`` per region
-  into a scratch and one strided copy into the staging buffer (``Sender.gather``, which
-  also releases the lease's source), and for the landing one ``index_copy_`` per region
-  (``Receiver.land``);
-- **engine**: :class:`~pagedstate.impl.transfer.staging.StagingRows`, the round's images
-  gathered by one batch of restore ops into ``window`` staging rows and landed by one
-  batch of store ops (one Triton launch each on CUDA), the sources released as above;
+- **index**: ``Sender.gather_round`` and ``Receiver.land_round`` of the driver with
+  ``copy_engine="index"``, the staged path as the two-GPU run of docs/transfer.md ran it,
+  per image: the unit ids to the device (a blocking host-to-device copy), one
+  ``index_select`` per region into a scratch and one strided copy into the staging
+  buffer, and for the landing one ``index_copy_`` per region;
+- **engine**: the same calls with ``copy_engine="triton"`` (``--engine``; the CUDA
+  default), :class:`~pagedstate.impl.transfer.staging.StagingRows`: the round's images
+  gathered by one batch of restore ops into the staging rows and landed by one batch of
+  store ops, one Triton launch each;
 - **D2D**: one ``copy_`` of ``window x image_bytes`` bytes between two device buffers.
 
 Each is timed on the host from before the first call to after a device synchronize (the
 median of ``--repeat`` rounds after ``--warmup`` untimed ones), in one process, paths
 interleaved round by round. ``host us`` is the time until the calls returned, before the
-synchronize. Every path's bytes are checked against the others' (gathered rows equal,
-landed units equal to the rows); a mismatch fails the run.
+synchronize. Every path's bytes are checked once against the image regenerated from its seed (the
+gathered bytes and the landed units); a mismatch fails the run.
 
 ``--device cpu`` (with ``--quick``: a slice of the geometry) is a smoke run; the figures
 that matter are CUDA's.
@@ -73,6 +74,10 @@ def _timed(torch: Any, device: Any, fn: Callable[[], None]) -> tuple[float, floa
     return t1 - t0, t2 - t0
 
 
+def _gather_into(snd: Any, outs: Sequence[Any], wires: list[Any]) -> None:
+    wires.extend(snd.gather_round(outs))
+
+
 def _one_config(
     block_tokens: int,
     window: int,
@@ -85,62 +90,49 @@ def _one_config(
 ) -> dict[str, Any]:
     torch = importlib.import_module("torch")
     upi = _driver.image_units(model, slice_, block_tokens)
-    cfg = _driver.TransferConfig(
-        model=model,
-        block_tokens=block_tokens,
-        slice=slice_,
-        images=window,
-        window=window,
-        slots=window,
-        units=window * upi,
-        receiver_units=window * upi,
-        local_restore=False,
-        backend="nccl" if device.startswith("cuda") else "gloo",
-        device="cuda" if device.startswith("cuda") else "cpu",
-    )
-    # One device for both sides: the driver's classes take the device per rank.
-    s = _driver.Sender(cfg, device)
-    r = _driver.Receiver(cfg, device)
+    on_cuda = device.startswith("cuda")
+    if engine == "auto":
+        engine = "triton" if on_cuda else "torch"
+
+    def side_pair(copy_engine: str) -> tuple[Any, Any]:
+        cfg = _driver.TransferConfig(
+            model=model,
+            block_tokens=block_tokens,
+            slice=slice_,
+            images=window,
+            window=window,
+            slots=window,
+            units=window * upi,
+            receiver_units=window * upi,
+            local_restore=False,
+            copy_engine=copy_engine,
+            backend="nccl" if on_cuda else "gloo",
+            device="cuda" if on_cuda else "cpu",
+        )
+        # One device for both sides: the driver's classes take the device per rank.
+        snd, rcv = _driver.Sender(cfg, device), _driver.Receiver(cfg, device)
+        snd.prefill()
+        return snd, rcv
+
+    # The same driver, two ways (module doc): its per-image index path and the copy engine.
+    sides = {"index": side_pair("index"), "engine": side_pair(engine)}
+    s, r = sides["engine"]
+    if s.rows is None:
+        raise RuntimeError(f"copy engine {engine!r} gave no staging rows on {device}")
     dev = s.device
-    s.prefill()
-    lay = s.layout
-    n = lay.image_bytes
-    s_eng = _staging.StagingRows(lay, s.tensors.kv_tensors, window, cfg.units, dev, engine)
-    r_eng = _staging.StagingRows(lay, r.tensors.kv_tensors, window, cfg.units, dev, engine)
+    n = s.layout.image_bytes
     src = torch.empty(window * n, dtype=torch.uint8, device=dev)
     dst = torch.empty_like(src)
     src.random_(0, 256)
 
-    def lease_all() -> list[Any]:
-        return [s.lease(i) for i in range(window)]
-
-    def accept_all(outs: Sequence[Any]) -> list[Any]:
+    def accept_all(rcv: Any, outs: Sequence[Any]) -> list[Any]:
         incs = []
         for k, o in enumerate(outs):
-            got = r.accept(o.header, k)
+            got = rcv.accept(o.header, k)
             if not isinstance(got, _driver.Incoming):
                 raise RuntimeError(f"the receiver refused image {k}: {got}")
             incs.append(got)
         return incs
-
-    def index_gather(outs: Sequence[Any]) -> None:
-        for k, o in enumerate(outs):
-            s.gather(o, s.staging[k])
-
-    def engine_gather(outs: Sequence[Any]) -> None:
-        s_eng.gather([o.units for o in outs])
-        for o in outs:  # what Sender.gather does after its copy
-            s.coord.release_offload_store_source(o.op)
-            o.state = "released"
-
-    def index_land(incs: Sequence[Any]) -> None:
-        for k, inc in enumerate(incs):
-            r.land(inc, r.staging[k])
-
-    def engine_land(incs: Sequence[Any]) -> None:
-        r_eng.land([inc.units for inc in incs])
-        for inc in incs:
-            inc.state = "landed"
 
     samples: dict[str, list[tuple[float, float]]] = {
         k: [] for k in ("index gather", "engine gather", "index land", "engine land", "d2d")
@@ -148,38 +140,33 @@ def _one_config(
     mismatches = 0
     for it in range(warmup + repeat):
         keep = it >= warmup
-        for path, gather, land, rows in (
-            ("index", index_gather, index_land, lambda k: s.wire(s.staging[k])),
-            ("engine", engine_gather, engine_land, s_eng.wire),
-        ):
-            outs = lease_all()
-            g = _timed(torch, dev, functools.partial(gather, outs))
+        for path, (snd, rcv) in sides.items():
+            outs = [snd.lease(i) for i in range(window)]
+            wires: list[Any] = []
+            g = _timed(torch, dev, functools.partial(_gather_into, snd, outs, wires))
             for o in outs:
-                s.finish(o)
-            # the receiver lands what the sender gathered (copied across, untimed)
-            for k in range(window):
-                dst_row = r.wire(r.staging[k]) if path == "index" else r_eng.wire(k)
-                dst_row.copy_(rows(k))
-            incs = accept_all(outs)
-            land_t = _timed(torch, dev, functools.partial(land, incs))
+                snd.finish(o)
+            incs = accept_all(rcv, outs)
+            for k, w in enumerate(wires):  # the wire, in one process (untimed)
+                rcv.buffers(incs[k], rcv.staging[k])[0].copy_(w)
+            land_t = _timed(torch, dev, functools.partial(rcv.land_round, incs))
             if it == 0:  # check the bytes once per path
                 for k, inc in enumerate(incs):
-                    want = s.image(s.keys[k])
-                    got_row = rows(k)
-                    landed = r.tensors.read_units(list(inc.units)).view(torch.uint8)[:n]
-                    mismatches += int(not torch.equal(got_row, want))
+                    want = snd.image(snd.keys[k])
+                    landed = rcv.tensors.read_units(list(inc.units)).view(torch.uint8)[:n]
+                    mismatches += int(not torch.equal(wires[k], want))
                     mismatches += int(not torch.equal(landed, want))
             for inc in incs:
-                r.abort(inc)
+                rcv.abort(inc)
             if keep:
                 samples[f"{path} gather"].append(g)
                 samples[f"{path} land"].append(land_t)
         d = _timed(torch, dev, lambda: dst.copy_(src))
         if keep:
             samples["d2d"].append(d)
-    leak = r.accounting()
-    if leak["transfers"] or s.accounting()["offload_pins"]:
-        raise RuntimeError(f"the benchmark leaked a reservation or a lease: {leak}")
+    for snd, rcv in sides.values():
+        if rcv.accounting()["transfers"] or snd.accounting()["offload_pins"]:
+            raise RuntimeError(f"the benchmark leaked a reservation or a lease: {rcv.accounting()}")
     med = {
         k: (statistics.median(h for h, _ in v), statistics.median(w for _, w in v))
         for k, v in samples.items()
@@ -192,7 +179,7 @@ def _one_config(
         "image_bytes": n,
         "units": upi,
         "pieces": len(s.pieces),
-        "engine": s_eng.engine,
+        "engine": s.copy_engine,
         "d2d_s": d2d,
         "mismatches": mismatches,
         "samples": {k: [list(x) for x in v] for k, v in samples.items()},
@@ -298,7 +285,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     p.add_argument("--block-tokens", type=_ints, default=[16, 128, 512])
     p.add_argument("--window", type=_ints, default=[8, 32])
-    p.add_argument("--engine", choices=_staging.ENGINES, default="auto")
+    p.add_argument(
+        "--engine",
+        choices=_staging.ENGINES,
+        default="auto",
+        help="the copy engine measured against the index path (auto: triton on CUDA, torch on CPU)",
+    )
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--quick", action="store_true", help="a slice of the geometry, small runs")
