@@ -34,6 +34,12 @@ __all__ = ["explore_parallel"]
 # worlds: owned successors are checked where they are generated, the others are pickled in
 # chunks as they come and checked by their owner one chunk at a time.
 #
+# Memory: a state waiting for its expansion is kept as its pickled world (about 2 KB for
+# ``default``, where the live world is about 13 KB and its snapshot 3 KB), the frontier and
+# a level's local successors alike; it is unpickled when expanded and its snapshot taken
+# again (about 50 us per state in all: the search needs several times less memory, so
+# ``default`` goes deeper within a memory bound).
+#
 # Counts: every reply ends with the worker's (queued, at depth bound) states; with a
 # progress callback, a worker in the middle of a level also sends ``(_TICK, generated,
 # rejected, new, queued, at depth bound)`` (its counts so far in this round) every
@@ -107,8 +113,17 @@ def _worker(
 
     sink: set[tuple[str, int]] = set()
     parents: dict[Any, tuple[Any, Action] | None] = {}
-    frontier: list[tuple[World, Any, Snapshot]] = []
-    local: list[tuple[Any, Any, Action | None, World, Snapshot]] = []
+    # (pickled world, key): states of the next level to expand (module comment, Memory)
+    frontier: list[tuple[bytes, Any]] = []
+    # (key, parent key, action, pickled world): this worker's own successors of the level
+    local: list[tuple[Any, Any, Action | None, bytes]] = []
+    dumps, loads, proto = pickle.dumps, pickle.loads, pickle.HIGHEST_PROTOCOL
+
+    def packed(w: World) -> bytes:
+        """``w`` pickled without the row sink (a per-process set, set again on unpacking)."""
+        w.coord.row_sink = None
+        return dumps(w, protocol=proto)
+
     sent: set[Any] = set()
     goal_checks = [(n, pred) for n, (applies, pred) in _explorer.GOALS.items() if applies(cfg)]
     goals_met: set[str] = set()
@@ -135,7 +150,7 @@ def _worker(
                 return ("Liveness", "drain", problems[0], nkey, None)
         note_goals(s)
         if keep:
-            frontier.append((w, nkey, s))
+            frontier.append((packed(w), nkey))
         else:
             unkept[0] += 1
         return None
@@ -158,14 +173,15 @@ def _worker(
                     return new, None
                 i += 1
                 tick(0, 0, new, len(frontier) + dropped_at_deadline[0])
-                nkey, pkey, action, w = item[:4]
+                nkey, pkey, action, w = item
                 if nkey in parents:
                     continue
                 parents[nkey] = None if pkey is None else (pkey, action)
+                if type(w) is bytes:  # a local successor, packed
+                    w = loads(w)
                 w.coord.row_sink = sink
                 new += 1
-                # Local successors carry the snapshot their sender already took.
-                viol = check(nkey, w, item[4] if len(item) > 4 else w.snapshot(), keep)
+                viol = check(nkey, w, w.snapshot(), keep)
                 if viol is not None:
                     return new, viol
             del items
@@ -189,12 +205,17 @@ def _worker(
                 pickle.dumps(outbox.pop(o), protocol=pickle.HIGHEST_PROTOCOL)
             )
 
-        for i, (world, key, snap) in enumerate(todo):
+        for i, (blob, key) in enumerate(todo):
             if i % 64 == 0 and out(deadline):
                 # Out of time or memory: the rest stays queued (reported as the frontier left).
                 frontier.extend(todo[i:])
                 break
+            todo[i] = None  # type: ignore[call-overload]  # expanded: its bytes can go
             tick(generated, rejected, new, len(todo) - i)
+            world = loads(blob)
+            del blob
+            world.coord.row_sink = sink
+            snap = world.snapshot()
             for action in world.actions():
                 nxt = world.clone()
                 name, args = action
@@ -260,7 +281,7 @@ def _worker(
                         if viol is not None:
                             return generated, rejected, viol, {}, new
                     else:
-                        local.append((nkey, key, action, nxt, nsnap))
+                        local.append((nkey, key, action, packed(nxt)))
                 else:
                     sent.add(nkey)
                     outbox.setdefault(owner, []).append((nkey, key, action, nxt))
