@@ -250,7 +250,7 @@ def test_the_docs_regression_recipe_runs_as_written() -> None:
     blocks = [
         b
         for b in re.findall(r"```python\n(.*?)```", doc, re.S)
-        if "follower_world" in b and "TRACE" in b
+        if "replay_trace" in b and "TRACE" in b
     ]
     assert len(blocks) == 1
     ns: dict[str, Any] = {}

@@ -694,3 +694,98 @@ def test_plan_entries_may_name_configurations_and_an_empty_plan_still_checks_arg
 @pytest.mark.parametrize("bound", [1, 2, 50])
 def test_a_run_cut_by_max_states_reports_exactly_that_many(bound: int) -> None:
     assert _run(Ref, max_states=bound).distinct == bound
+
+
+# =========================================================================================
+# replay_trace: every failure the search reports replays from its trace alone.
+
+
+def _trace_of(failure: ConformanceFailure) -> list[Any]:
+    """The trace a failure message names (``after the trace [...]:``)."""
+    import ast
+    import re
+
+    m = re.search(r"after the trace (\[.*?\]): ", str(failure))
+    assert m, str(failure)
+    return list(ast.literal_eval(m.group(1)))
+
+
+@pytest.mark.parametrize(
+    "store",
+    [_TransferWrongUnits, _RestoreQueuedForLies, _SettleAnswersFloat],
+    ids=lambda c: c.__name__,
+)
+def test_replay_trace_reproduces_a_failure_from_its_trace_alone(store: Any) -> None:
+    """A call's answer inside an action, a read-only question, an answer's type: the kinds
+    of failure the old regression recipe could not replay. replay_trace fails with the same
+    complaint on the trace the search printed, and passes on the reference there."""
+    from pagedstate.engines.conformance import replay_trace
+
+    with pytest.raises(ConformanceFailure) as found:
+        _run(store)
+    trace = _trace_of(found.value)
+    complaint = str(found.value).split(": ", 1)[1].split("]: ", 1)[1]
+    with pytest.raises(ConformanceFailure) as replayed:
+        replay_trace(store, config=T5, trace=trace)
+    assert str(replayed.value).startswith(f"replay ({T5.name}, clone): after the trace {trace}")
+    assert complaint in str(replayed.value)
+    assert replay_trace(Ref, config=T5, trace=trace) == len(trace)
+    assert replay_trace(I.PagedStateCheckpointCoordinator, I.UnitPool, config=T5, trace=trace)
+
+
+def test_replay_trace_checks_the_initial_state_and_an_empty_trace() -> None:
+    from pagedstate.engines.conformance import replay_trace
+
+    assert replay_trace(Ref, config="tiny", trace=[]) == 0
+
+    class WrongStart(Ref):
+        def is_idle(self) -> bool:
+            return False  # a fresh coordinator is idle
+
+    with pytest.raises(ConformanceFailure, match=r"after the trace \[\]: .*is_idle"):
+        replay_trace(WrongStart, config="tiny", trace=())
+
+
+def test_replay_trace_refuses_a_bad_trace_before_running_its_step() -> None:
+    from pagedstate.engines.conformance import replay_trace
+
+    calls: list[str] = []
+
+    class Counting(Ref):
+        def take_checkpoint_ops(self) -> Any:
+            calls.append("drain")
+            return super().take_checkpoint_ops()
+
+    for bad in (
+        [("checkpoint", (0, 1)), ("explode", ())],  # no such action
+        [("checkpoint", (0, 99))],  # not an action of tiny (hash 99)
+        [["drain", ()]],  # not a tuple pair
+        [("drain",)],
+        "drain",
+        None,
+    ):
+        with pytest.raises(ValueError):
+            replay_trace(Counting, config="tiny", trace=bad)  # type: ignore[arg-type]
+    assert calls == []  # no drain ran for any of them
+    with pytest.raises(KeyError):
+        replay_trace(Ref, config="nope", trace=[])
+    with pytest.raises(ValueError, match="mode"):
+        replay_trace(Ref, config="tiny", trace=[], mode="fast")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        replay_trace(Ref, config="tiny", trace=[], check_drain=1)  # type: ignore[arg-type]
+
+
+def test_replay_trace_with_the_drain_check_catches_a_leak_at_quiescence() -> None:
+    """check_drain drives a copy of every state reached to quiescence (as run_exhaustive's
+    check_drain): a store that keeps a transfer reservation through release is caught."""
+    from pagedstate.engines.conformance import replay_trace
+
+    class KeepsTransfers(Ref):
+        def release_transfer_units(self, owner: Any) -> Any:
+            return None  # the reservation stays
+
+    trace = [("reserve_transfer", ())]
+    assert replay_trace(Ref, config=T5, trace=trace, check_drain=True) == 1
+    assert replay_trace(KeepsTransfers, config=T5, trace=trace) == 1  # not without the drain
+    with pytest.raises(ConformanceFailure, match="driven to quiescence: .*transfers"):
+        replay_trace(KeepsTransfers, config=T5, trace=trace, check_drain=True)

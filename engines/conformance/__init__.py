@@ -107,6 +107,7 @@ from .exhaustive import (
     EXHAUSTIVE_PLAN,
     ExhaustiveReport,
     follower_world,
+    replay_trace,
     run_exhaustive,
     run_exhaustive_plan,
 )
@@ -154,5 +155,6 @@ __all__ = [
     "run_exhaustive",
     "run_exhaustive_plan",
     "follower_world",
+    "replay_trace",
     "EXHAUSTIVE_PLAN",
 ]

@@ -93,6 +93,7 @@ __all__ = [
     "ExhaustiveReport",
     "follower_world",
     "run_exhaustive",
+    "replay_trace",
     "run_exhaustive_plan",
 ]
 
@@ -208,7 +209,7 @@ def _sweep(
     sw: FollowerWorld,
     asked: tuple[Any, ...],
     snap: Snapshot,
-    fail: Callable[[FollowerWorld, str], ConformanceFailure],
+    fail: Fail,
 ) -> None:
     """Ask both coordinators every read-only question; each answer must agree, and the
     questions must leave the store under test's snapshot as it was."""
@@ -226,6 +227,54 @@ def _sweep(
                 )
     if sw.snapshot() != snap:
         raise fail(sw, "the read-only questions asked in the state it reached changed it")
+
+
+Fail = Callable[[FollowerWorld, str], ConformanceFailure]
+
+
+def _check_step(
+    rn: World, sn: FollowerWorld, action: Action, before: Snapshot, fail: Fail
+) -> tuple[Outcome, Snapshot, Snapshot]:
+    """Take ``action`` on both worlds and compare: every call's answer, the outcome and
+    the snapshots; a refusal must leave the store under test as it was (``before``, its
+    snapshot ahead of the call; G8). Returns ``(outcome, reference snapshot, store under
+    test's snapshot)``."""
+    r, s = _call(rn, action), _call(sn, action, under_test=True)
+    if r != s:
+        raise fail(sn, differ(r, s))
+    rs, ss = rn.snapshot(), sn.snapshot()
+    if rs != ss:
+        raise fail(sn, "snapshots differ: " + "; ".join(rs.diff(ss)))
+    if r[0] == "raised" and ss != before:
+        raise fail(sn, f"refused ({r[1].__name__}) but its snapshot changed")
+    return r, rs, ss
+
+
+def _check_state(
+    rn: World,
+    sn: FollowerWorld,
+    rs: Snapshot,
+    ss: Snapshot,
+    asked: tuple[Any, ...],
+    check_drain: bool,
+    fail: Fail,
+) -> None:
+    """The checks of a state reached (module doc): snapshots equal by type too, the store
+    under test's ``self_check()``, the environment's checks, the read-only questions, and
+    with ``check_drain`` the drain to quiescence."""
+    if strict(rs) != strict(ss):  # equal, but of other types somewhere
+        raise fail(sn, "snapshots differ in type: " + type_diff(rs, ss))
+    found = sn.self_check()
+    if found:
+        raise fail(sn, "its own self_check reports: " + "; ".join(found))
+    found = sn.problems()
+    if found:
+        raise fail(sn, "the environment's checks: " + "; ".join(found))
+    _sweep(rn, sn, asked, ss, fail)
+    if check_drain:
+        found = sn.drain_problems()
+        if found:
+            raise fail(sn, "driven to quiescence: " + "; ".join(found))
 
 
 def run_exhaustive(
@@ -325,17 +374,10 @@ def run_exhaustive(
             for action in rw.actions():
                 rn, sn = rw.clone(), sw.clone()
                 current = sn
-                r, s = _call(rn, action), _call(sn, action, under_test=True)
                 transitions += 1
-                if r != s:
-                    raise fail(sn, differ(r, s))
-                rs, ss = rn.snapshot(), sn.snapshot()
-                if rs != ss:
-                    raise fail(sn, "snapshots differ: " + "; ".join(rs.diff(ss)))
+                r, rs, ss = _check_step(rn, sn, action, before, fail)
                 if r[0] == "raised":
                     refused += 1
-                    if ss != before:
-                        raise fail(sn, f"refused ({r[1].__name__}) but its snapshot changed")
                     if rn.key() == key:
                         # Go on from the copies that refused: G8 says they are the state they
                         # were, and what a refusal left hidden shows in the actions after it.
@@ -347,19 +389,7 @@ def run_exhaustive(
                 seen.add(nkey)
                 distinct += 1
                 depth_seen = max(depth_seen, depth + 1)
-                if strict(rs) != strict(ss):  # equal, but of other types somewhere
-                    raise fail(sn, "snapshots differ in type: " + type_diff(rs, ss))
-                found = sn.self_check()
-                if found:
-                    raise fail(sn, "its own self_check reports: " + "; ".join(found))
-                found = sn.problems()
-                if found:
-                    raise fail(sn, "the environment's checks: " + "; ".join(found))
-                _sweep(rn, sn, asked, ss, fail)
-                if check_drain:
-                    found = sn.drain_problems()
-                    if found:
-                        raise fail(sn, "driven to quiescence: " + "; ".join(found))
+                _check_state(rn, sn, rs, ss, asked, check_drain, fail)
                 if bound is None or depth + 1 < bound:
                     queue.append((rn, sn, nkey, depth + 1))
                 if max_states is not None and distinct >= max_states:
@@ -396,6 +426,91 @@ def run_exhaustive(
         seconds=seconds,
         rows=frozenset(rsink),
     )
+
+
+def replay_trace(
+    factory: CoordinatorFactory,
+    pool_factory: PoolFactory | None = None,
+    *,
+    config: Config | str,
+    trace: Sequence[Action],
+    mode: Mode = "auto",
+    check_drain: bool = False,
+) -> int:
+    """Drive ``factory``'s coordinator along one ``trace`` beside the reference, with every
+    check :func:`run_exhaustive` makes: each call's answer, the outcome and the snapshots
+    after every step (a refusal leaving the store as it was), and in every state reached
+    the snapshots' types, ``self_check()``, the environment's checks, the read-only
+    questions and, with ``check_drain``, the drain to quiescence. The regression test of
+    a failure :func:`run_exhaustive` printed: its message names the trace, which this
+    replays exactly (``docs/conformance.md``, "Keeping a failure as a regression test").
+
+    Args:
+        factory, pool_factory, mode, check_drain: as :func:`run_exhaustive`.
+        config: the configuration the trace was found on (a
+            :class:`~pagedstate.models.world.Config` or the name of one).
+        trace: ``[(action, args), ...]`` from the initial state, as a failure names it
+            (the explorer's actions, :meth:`World.act
+            <pagedstate.models.world.World.act>`); each must be enabled in the state the
+            steps before it reach.
+
+    Returns:
+        The number of steps replayed (``len(trace)``), every one agreeing.
+
+    Raises:
+        ConformanceFailure: the first disagreement, naming the trace up to it.
+        ValueError: a step is not an ``(action name, args tuple)`` pair, or an action the
+            reference world does not offer in that state (the trace is of another
+            configuration, or edited); nothing of that step is run. Also as
+            :func:`run_exhaustive` (``mode``).
+        KeyError, TypeError: as :func:`run_exhaustive` (``config``, the factories).
+    """
+    from pagedstate.models.reference import PagedStateCheckpointCoordinator, UnitPool
+
+    cfg = _config_of(config)
+    _check_bounds(None, None, mode, None)
+    _check_world_args(cfg, factory, pool_factory or UnitPool, mode)
+    if not isinstance(check_drain, bool):
+        raise TypeError(f"check_drain must be a bool, got {check_drain!r}")
+    steps = list(trace) if isinstance(trace, (list, tuple)) else None
+    if steps is None:
+        raise ValueError(f"trace must be a list or tuple of (action, args) pairs, got {trace!r}")
+    for i, step in enumerate(steps):
+        if not (
+            isinstance(step, tuple)
+            and len(step) == 2
+            and isinstance(step[0], str)
+            and isinstance(step[1], tuple)
+        ):
+            raise ValueError(f"step {i} of the trace is not an (action, args) pair: {step!r}")
+    ref = cfg.build(recording_reference(PagedStateCheckpointCoordinator))
+    sut = follower_world(cfg, factory, pool_factory or UnitPool, mode=mode)
+    asked = questions(cfg)
+
+    def fail(w: FollowerWorld, what: str) -> ConformanceFailure:
+        return ConformanceFailure(
+            f"replay ({cfg.name}, {sut.mode}): after the trace {list(w.trace)}: {what}"
+        )
+
+    try:
+        rs, ss = ref.snapshot(), sut.snapshot()
+        if rs != ss:
+            raise fail(sut, "initial snapshots differ: " + "; ".join(rs.diff(ss)))
+        _check_state(ref, sut, rs, ss, asked, check_drain, fail)
+        for i, action in enumerate(steps):
+            if action not in ref.actions():
+                raise ValueError(
+                    f"step {i} of the trace, {action!r}, is not an action of config"
+                    f" {cfg.name!r} in the state the steps before it reach"
+                )
+            r, rs, ss = _check_step(ref, sut, action, ss, fail)
+            if r[0] != "raised":
+                _check_state(ref, sut, rs, ss, asked, check_drain, fail)
+    except ConformanceFailure as exc:
+        if str(exc).startswith("replay ("):
+            raise
+        raise fail(sut, str(exc)) from exc
+    return len(steps)
 
 
 #: The kit's standard exhaustive sweep, ``(configuration, depth bound)`` in order, about 8.5
