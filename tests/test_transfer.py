@@ -78,11 +78,25 @@ def backend(request: Any) -> dict[str, str]:
     return {"backend": request.param, "device": "cpu" if request.param == "gloo" else "cuda"}
 
 
+#: ``TransferConfig.pipeline``: every fault test runs with sequential rounds (1) and with
+#: two rounds in flight (2).
+PIPELINES = [1, 2]
+
+
+@pytest.fixture(params=PIPELINES, ids=lambda p: f"pipeline{p}")
+def pipeline(request: Any) -> dict[str, int]:
+    """The rounds in flight of a test, as ``TransferConfig`` fields."""
+    return {"pipeline": request.param}
+
+
 def small(**kw: Any) -> TransferConfig:
-    base: dict[str, Any] = dict(images=4, window=2, slots=2, units=4 * U, timeout_s=10.0)
+    base: dict[str, Any] = dict(images=4, window=2, timeout_s=10.0)
     base.update(kw)
-    if "receiver_units" not in kw:  # room for every image, the local one and a round
-        base["receiver_units"] = (base["images"] + 1 + base["window"]) * U
+    base.setdefault("units", base["images"] * U)  # the sender holds every image
+    in_flight = base["window"] * base.get("pipeline", 1)
+    base.setdefault("slots", in_flight)  # a slot per image in flight
+    if "receiver_units" not in kw:  # room for every image, the local one and what is in flight
+        base["receiver_units"] = (base["images"] + 1 + in_flight) * U
     return TransferConfig(**base)
 
 
@@ -187,6 +201,27 @@ def test_config_refuses_a_layout_or_pool_that_cannot_run(kw: dict[str, Any], nam
         small(**kw)
 
 
+@pytest.mark.parametrize("bad", [0, 3, -1, True, 2.0, "2", None])
+def test_config_refuses_a_bad_pipeline_naming_it(bad: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match=r"pipeline must be an int in \(1, 2\)"):
+        TransferConfig(pipeline=bad)
+
+
+def test_config_needs_a_slot_per_image_in_flight() -> None:
+    """Two rounds in flight hold two rounds of destination slots (a slot has one restore,
+    SPEC G4) and of staging buffers: ``window * pipeline <= slots``."""
+    with pytest.raises(
+        InvalidArgumentError, match=re.escape("x pipeline (2) must be <= slots (3)")
+    ):
+        small(window=2, pipeline=2, slots=3)
+    cfg = small(window=2, pipeline=2)
+    assert cfg.slots == 4 and TransferConfig().pipeline == 1
+    assert T._config_from_json(T._config_json(cfg)) == cfg
+    s = Sender(cfg)
+    assert len(s.staging) == 4 and [s.buffer_base(k) for k in range(4)] == [0, 2, 0, 2]
+    assert [Sender(small(window=2)).buffer_base(k) for k in range(3)] == [0, 0, 0]
+
+
 def test_config_json_and_the_rank_cli_refuse_bad_input(tmp_path: Any) -> None:
     """``python -m pagedstate.impl.transfer``: a bad rank or config is a usage error (exit
     2, the value named), not a traceback or a rank that reports after it started."""
@@ -230,6 +265,8 @@ def test_config_json_and_the_rank_cli_refuse_bad_input(tmp_path: Any) -> None:
         (["--window", "0"], "--window"),
         (["--payload", "foo"], "--payload"),
         (["--block-tokens", "0"], "--block-tokens"),
+        (["--pipeline", "3"], "--pipeline"),
+        (["--pipeline", "1,0"], "--pipeline"),
     ],
 )
 def test_the_benchmark_cli_refuses_bad_input_before_any_run(
@@ -258,6 +295,32 @@ def test_bench_rows_checks_every_configuration_before_the_first_run(monkeypatch:
             backend="gloo", model="Qwen3-Next", slice_=(1, 2, 32), block_tokens=[128, 0],
             payloads=["staged"], images=2, window=1, timeout_s=10.0,
         )  # fmt: skip
+    with pytest.raises(InvalidArgumentError, match="pipeline must be an int in"):
+        B.bench_rows(
+            backend="gloo", model="Qwen3-Next", slice_=(1, 2, 32), block_tokens=[128],
+            payloads=["staged"], images=2, window=1, timeout_s=10.0, pipeline=[1, 3],
+        )  # fmt: skip
+
+
+def test_bench_rows_runs_a_row_per_pipeline_with_a_slot_per_image_in_flight(
+    monkeypatch: Any,
+) -> None:
+    from pagedstate.models.bench import transfer as B
+
+    seen: list[Any] = []
+
+    def fake(cfg: Any, **k: Any) -> list[dict[str, Any]]:
+        seen.append(cfg)
+        return [{"error": "not run"}, {"error": "not run"}]
+
+    monkeypatch.setattr(B, "spawn_transfer", fake)
+    rows = B.bench_rows(
+        backend="gloo", model="Qwen3-Next", slice_=(1, 2, 32), block_tokens=[128],
+        payloads=["staged"], images=4, window=[2], timeout_s=10.0, pipeline=[1, 2],
+    )  # fmt: skip
+    assert [(c.pipeline, c.slots, c.receiver_units) for c in seen] == [(1, 2, 7 * U),
+                                                                       (2, 4, 9 * U)]  # fmt: skip
+    assert [r["pipeline"] for r in rows] == [1, 2] and not any(r["ok"] for r in rows)
 
 
 def test_the_data_deadline_is_half_the_group_timeout() -> None:
@@ -659,6 +722,8 @@ class _FakeLink:
 
     def __init__(self, rank: int, inbox: Any, outbox: Any, barrier: Any, log: list[Any]):
         self.rank, self.inbox, self.outbox, self.bar, self.log = rank, inbox, outbox, barrier, log
+        self.messages = {"sent": 0, "received": 0}
+        self.on_event: Any = None  # the side's rows, as Link.on_event
 
     #: Seconds a receive waits before it fails as a lost peer would.
     timeout = 20.0
@@ -676,12 +741,15 @@ class _FakeLink:
 
     def send_ints(self, values: Any) -> None:
         self.outbox.put(("ints", [int(v) for v in values]))
+        self.messages["sent"] += 1
+        self.log.append(("send", len(values)))
 
     def recv_ints(self, n: int) -> list[int]:
         v = self._get("ints")
         if len(v) != n:
             raise T.WireError(f"fake link: {n} ints expected, got {len(v)}")
         self.log.append(("ints", v[1] if len(v) > 1 else None))
+        self.messages["received"] += 1
         return list(v)
 
     def send_bytes(self, t: Any) -> None:
@@ -690,17 +758,41 @@ class _FakeLink:
     def recv_bytes(self, t: Any) -> None:
         t.copy_(self._get("bytes"))
 
-    def exchange(self, tensors: Any, sending: bool) -> None:
+    def post(self, tensors: Any, sending: bool) -> T.Posted:
+        """A send hands a copy over at once (the bytes as gathered when posted); a receive
+        is logged here and filled at its :meth:`wait`."""
+        posted = T.Posted(list(tensors), sending, [], [], float("inf"))
         if not tensors:
-            return
-        if sending:
+            posted.state = "done"
+        elif sending:
             self.outbox.put(("data", [t.clone() for t in tensors]))
+            posted.state = "done"
+        else:
+            self.log.append(("post", len(tensors)))
+        return posted
+
+    def wait(self, posted: T.Posted) -> None:
+        if posted.state == "done":
             return
         data = self._get("data")
+        tensors = posted.tensors
         assert [d.numel() for d in data] == [t.numel() for t in tensors]
         for t, d in zip(tensors, data, strict=True):
             t.copy_(d)
+        posted.state = "done"
         self.log.append(("exchange", len(tensors)))
+
+    def exchange(self, tensors: Any, sending: bool) -> None:
+        self.wait(self.post(tensors, sending))
+
+    def cancel(self, posted: T.Posted, cause: str) -> T.PayloadLost | None:
+        if posted.state == "done":
+            return None
+        posted.state = "lost"
+        self.log.append(("cancel", cause))
+        if self.on_event is not None:
+            self.on_event(["data", "payload", "abort", "fake abort"])
+        return T.PayloadLost(f"fake: cancelled ({cause})", aborted=True, how="fake abort")
 
     def barrier(self) -> None:
         self.bar.wait(timeout=20)
@@ -725,8 +817,9 @@ def _run_loops(s: Sender, r: Receiver, timeout: float = 20.0) -> tuple[dict[str,
             bar.abort()
 
     links = [_FakeLink(0, b, a, bar, []), _FakeLink(1, a, b, bar, rlog)]
-    for link in links:
+    for link, obj in zip(links, (s, r), strict=True):
         link.timeout = timeout
+        link.on_event = obj.events.append
     threads = [
         threading.Thread(target=side, args=("s", T._sender_loop, s, links[0])),
         threading.Thread(target=side, args=("r", T._receiver_loop, r, links[1])),
@@ -739,44 +832,129 @@ def _run_loops(s: Sender, r: Receiver, timeout: float = 20.0) -> tuple[dict[str,
     return results, rlog
 
 
-def test_a_payload_that_cannot_be_aborted_keeps_its_reservations(monkeypatch: Any) -> None:
+def test_a_payload_that_cannot_be_aborted_keeps_its_reservations(
+    monkeypatch: Any, pipeline: dict[str, int]
+) -> None:
     """The rule for a backend whose data group cannot be aborted: the round's receives may
     still land, so its reservations are NOT released (quarantined, held to the end of the
     run) and its staging tensors never used again (replaced); the suspended local restores
     are resumed, run and checked all the same (they write the slots, which no receive
-    targets). The receiver's ABANDON then stops the sender."""
-    cfg = small(images=4, window=2)
+    targets). The receiver's ABANDON then stops the sender. With ``pipeline=2`` round 2 is
+    already accepted when round 1's payload is lost: its reservations are kept too (one
+    rule for every round in flight), its local restores resumed."""
+    cfg = small(**pipeline, images=6, window=2)
     s, r = Sender(cfg), Receiver(cfg)
     old_staging = list(r.staging)
-    exchange = _FakeLink.exchange
+    wait = _FakeLink.wait
     calls = {"n": 0}
 
-    def lost_once(self: _FakeLink, tensors: Any, sending: bool) -> None:
-        if self.rank == 1:
+    def lost_once(self: _FakeLink, posted: T.Posted) -> None:
+        if self.rank == 1 and posted.state == "posted":
             calls["n"] += 1
             if calls["n"] == 3:  # the warm-up, round 0, then round 1's payload
                 self._get("data")  # the sender's bytes: in flight, not received
+                posted.state = "lost"
                 raise T.PayloadLost(
-                    "fake: lost", works=len(tensors), aborted=False, how="could NOT be aborted"
-                )
-        exchange(self, tensors, sending)
+                    "fake: lost", works=len(posted.tensors), aborted=False,
+                    how="could NOT be aborted",
+                )  # fmt: skip
+        wait(self, posted)
 
-    monkeypatch.setattr(_FakeLink, "exchange", lost_once)
+    monkeypatch.setattr(_FakeLink, "wait", lost_once)
     results, _ = _run_loops(s, r, timeout=2.0)
     res = results["r"]
     assert isinstance(res, dict), res
-    assert res["outcome"] == {"0": ["adopted"], "1": ["adopted"], "2": ["quarantined"],
-                              "3": ["quarantined"]}  # fmt: skip
-    assert res["quarantined"] == [2, 3] and res["local"]["resumed"] == 2
-    assert [2, "local"] in res["checked"] and [3, "local"] in res["checked"]
+    lost = [2, 3] if cfg.pipeline == 1 else [2, 3, 4, 5]
+    assert res["outcome"] == {"0": ["adopted"], "1": ["adopted"],
+                              **{str(i): ["quarantined"] for i in lost}}  # fmt: skip
+    assert res["given_up_rounds"] == ([1] if cfg.pipeline == 1 else [1, 2])
+    assert res["quarantined"] == lost and res["local"]["resumed"] == len(lost)
+    assert all([i, "local"] in res["checked"] for i in lost)
     assert res["mismatches"] == []
     acc = r.accounting()
-    assert acc["transfers"] == 2 * U and acc["suspended"] == 0, acc  # kept, not released
+    assert acc["transfers"] == len(lost) * U and acc["suspended"] == 0, acc  # kept
     assert not [e for e in r.events if e[0] == "transfer" and e[2] == "release"]
-    assert r.staging[0] is not old_staging[0] and r.staging[1] is not old_staging[1]
+    # the staging buffers of every round given up are replaced (round 1's, and round 2's)
+    given_up = [r.buffer_base(1), r.buffer_base(1) + 1]
+    if cfg.pipeline == 2:
+        given_up += [r.buffer_base(2), r.buffer_base(2) + 1]
+    assert all(r.staging[i] is not old_staging[i] for i in given_up)
     assert r.invariants() == []
     assert isinstance(results["s"], T.WireError) and "abandoned round 1" in str(results["s"])
     assert not s.coord.has_offload_pins()  # the sender's finally ended every lease
+
+
+@pytest.mark.parametrize(
+    ("theirs", "mine", "reason"),
+    [({"pipeline": 2}, {"pipeline": 1, "slots": 4}, "pipeline"),
+     ({"window": 1, "slots": 2}, {"window": 2}, "window")],
+)  # fmt: skip
+def test_peers_of_another_pipeline_or_window_refuse_the_hello(
+    theirs: dict[str, Any], mine: dict[str, Any], reason: str
+) -> None:
+    """Both ranks must agree on the rounds in flight and the window (the merged GO + ROUND
+    message has a length fixed by both): the HELLO's tail carries them, and a difference is
+    refused as a layout is, with its reason, before any lease or reservation."""
+    s, r = Sender(small(**theirs)), Receiver(small(**mine))
+    results, _ = _run_loops(s, r, timeout=5.0)
+    assert isinstance(results["r"], T.LayoutMismatchError), results
+    assert f"({reason})" in str(results["r"]), results["r"]
+    assert isinstance(results["s"], T.LayoutMismatchError) and reason in str(results["s"])
+    assert not r.coord.snapshot().transfers and not s.coord.has_offload_pins()
+
+
+def test_a_hello_of_another_version_is_refused_before_the_rest_is_read() -> None:
+    import queue
+
+    from pagedstate.impl.transfer.receiver import _check_hello
+
+    r = Receiver(small())
+    inbox, outbox = queue.Queue(), queue.Queue()  # type: ignore[var-annotated]
+    hello = T.wire._hello(r)
+    inbox.put(("ints", [hello[0], 1, *hello[2:]]))  # VERSION 1: no tail follows
+    link = _FakeLink(1, inbox, outbox, None, [])
+    with pytest.raises(T.LayoutMismatchError, match="version 2"):
+        _check_hello(r, link)  # type: ignore[arg-type]
+    assert outbox.get_nowait() == ("ints", [T.MAGIC, T.REFUSE, 6, 0])  # bad_header
+    assert T.REASONS[6] == "bad_header" and T.VERSION == 2 and inbox.empty()
+
+
+def test_a_control_failure_with_a_payload_in_flight_aborts_it_before_any_release(
+    monkeypatch: Any,
+) -> None:
+    """``pipeline=2``: the receiver's REPLIES of round 2 cannot be sent while round 1's
+    receives are posted (the sender is gone). Nothing is waited any more: round 1's payload
+    is cancelled (the data group aborted) before any reservation of round 1 or round 2 is
+    released; both rounds are given up, their local restores resumed and checked; round 0
+    stays adopted."""
+    cfg = small(pipeline=2, images=6)
+    s, r = Sender(cfg), Receiver(cfg)
+    send = _FakeLink.send_ints
+    sends = {"n": 0}
+
+    def failing(self: _FakeLink, values: Any) -> None:
+        if self.rank == 1:
+            sends["n"] += 1
+            if sends["n"] == 4:  # WELCOME, REPLIES of rounds 0 and 1, then of round 2
+                raise T.WireError("planted: control send failed")
+        send(self, values)
+
+    monkeypatch.setattr(_FakeLink, "send_ints", failing)
+    results, rlog = _run_loops(s, r, timeout=2.0)
+    res = results["r"]
+    assert isinstance(res, dict), res
+    assert res["outcome"] == {"0": ["adopted"], "1": ["adopted"],
+                              **{str(i): ["aborted"] for i in range(2, 6)}}  # fmt: skip
+    assert res["given_up_rounds"] == [1, 2] and res["lost_payload"]["round"] == 1
+    assert "planted" in res["peer_lost"] and ("cancel", "planted: control send failed") in rlog
+    ev = r.events
+    abort = next(k for k, e in enumerate(ev) if e[0] == "data")
+    releases = [k for k, e in enumerate(ev) if e[0] == "transfer" and e[2] == "release"]
+    assert len(releases) == 4 and abort < releases[0], (abort, releases)
+    assert res["local"]["resumed"] == 4 and res["mismatches"] == []
+    acc = r.accounting()
+    assert acc["transfers"] == 0 and acc["suspended"] == 0 and r.invariants() == []
+    assert isinstance(results["s"], T.WireError) and not s.coord.has_offload_pins()
 
 
 def test_a_quarantined_image_is_never_released_landed_or_adopted() -> None:
@@ -949,11 +1127,73 @@ def test_the_gloo_payload_waits_each_transfer_with_the_time_left(monkeypatch: An
     assert e.value.aborted is False and len(link.held) == 1
 
 
-def test_a_receiver_step_that_raises_mid_round_gives_the_round_up(monkeypatch: Any) -> None:
+def test_a_posted_payload_keeps_the_deadline_of_its_post(monkeypatch: Any) -> None:
+    """``pipeline=2`` waits a payload later than it posts it: the deadline still counts from
+    the post (nccl: the poll gives up 0.3 s after the post, not after the wait began; gloo:
+    each wait gets the time left from the post), and the abort comes before PayloadLost."""
+    import datetime
+    import time
+
+    log: list[Any] = []
+    _recording_abort(monkeypatch, log)
+    link = _data_link(_Dist([_Work(log, "batch")]), "nccl", log)
+    t0 = time.monotonic()
+    posted = link.post([torch.zeros(8, dtype=torch.uint8)], sending=False)
+    assert posted.state == "posted" and not [x for x in log if x[0] == "wait"]
+    time.sleep(0.2)  # the control exchange and gather of the next round
+    t1 = time.monotonic()
+    with pytest.raises(T.PayloadLost, match=r"data deadline \(0.3 s\)"):
+        link.wait(posted)
+    assert 0.3 <= time.monotonic() - t0 < 1.5 and time.monotonic() - t1 < 0.25
+    assert log == [("abort", "data"), ("event", "abort")] and posted.state == "lost"
+    log.clear()
+    works = [_Work(log, "a", done_after=0), _Work(log, "b", done_after=0)]
+    link = _data_link(_Dist(works), "gloo", log, deadline_s=5.0)
+    posted = link.post([torch.zeros(8, dtype=torch.uint8)] * 2, sending=True)
+    time.sleep(0.2)
+    link.wait(posted)
+    link.wait(posted)  # a payload already waited returns at once
+    waits = [x[2] for x in log if x[0] == "wait"]
+    assert len(waits) == 2 and all(w <= datetime.timedelta(seconds=4.85) for w in waits), waits
+    assert posted.state == "done" and link.cancel(posted, "late") is None
+
+
+def test_a_payload_given_up_before_its_wait_is_aborted_first(monkeypatch: Any) -> None:
+    """``Link.cancel``: a payload in flight when the run fails elsewhere (a control message
+    of the next round, a step that raised) is aborted before the caller releases anything;
+    the PayloadLost it returns says whether the abort held. The group is not used again."""
+    log: list[Any] = []
+    _recording_abort(monkeypatch, log)
+    link = _data_link(_Dist([_Work(log, "batch")]), "nccl", log)
+    posted = link.post([torch.zeros(8, dtype=torch.uint8)], sending=False)
+    lost = link.cancel(posted, "control receive failed")
+    assert (
+        isinstance(lost, T.PayloadLost) and lost.aborted and "given up before its wait" in str(lost)
+    )
+    assert log == [("abort", "data"), ("event", "abort")] and posted.state == "lost"
+    with pytest.raises(T.WireError, match="already lost"):
+        link.wait(posted)
+    with pytest.raises(T.WireError, match="aborted by an earlier payload"):
+        link.post([torch.zeros(8, dtype=torch.uint8)], sending=False)
+    # gloo: an unfinished work that neither completes nor fails cannot be aborted: kept
+    log.clear()
+    stuck = _Work(log, "c", timeout_fails=False)
+    stuck.wait = lambda timeout=None: False  # type: ignore[method-assign]
+    link = _data_link(_Dist([stuck]), "gloo", log)
+    buf = torch.zeros(8, dtype=torch.uint8)
+    lost = link.cancel(link.post([buf], sending=False), "the receiver failed")
+    assert lost is not None and lost.aborted is False and link.held == [([stuck], [buf])]
+    assert log[-1] == ("event", "not aborted")
+
+
+def test_a_receiver_step_that_raises_mid_round_gives_the_round_up(
+    monkeypatch: Any, pipeline: dict[str, int]
+) -> None:
     """A step of the receiver that raises after the payload arrived (here its landing of
     the round's first image) fails the run, but first gives up every image of the round not
-    yet adopted: reservations released, suspended local restores resumed, nothing left."""
-    cfg = small(images=4, window=2)
+    yet adopted: reservations released, suspended local restores resumed, nothing left; with
+    ``pipeline=2`` the next round too (round 2, already accepted)."""
+    cfg = small(**pipeline, images=6, window=2)
     s, r = Sender(cfg), Receiver(cfg)
     land = r.land
     landed: list[int] = []
@@ -965,26 +1205,35 @@ def test_a_receiver_step_that_raises_mid_round_gives_the_round_up(monkeypatch: A
         land(inc, staging)
 
     monkeypatch.setattr(r, "land", failing_land)
-    results, _ = _run_loops(s, r, timeout=2.0)
+    results, _ = _run_loops(s, r, timeout=1.0)  # the sender then waits this long
     assert isinstance(results["r"], RuntimeError) and "planted" in str(results["r"])
     acc = r.accounting()
     assert acc["transfers"] == 0 and acc["suspended"] == 0, acc
     assert acc["free"] + acc["records"] == acc["num_units"], acc
     assert r.invariants() == []
-    assert [r.coord.contains(k) for k in s.keys] == [True, True, False, False]
+    assert [r.coord.contains(k) for k in s.keys] == [True, True, False, False, False, False]
+    rows = [e[2] for e in r.events if e[0] == "transfer"]
+    in_flight = 2 if cfg.pipeline == 1 else 4  # round 1, and with pipeline 2 round 2
+    assert rows.count("reserve") == 2 + in_flight and rows.count("release") == in_flight, rows
+    assert r.coord.snapshot().queued_restores  # the resumed local restores are queued again
 
 
 @pytest.mark.parametrize("payload", ["staged", "regions"])
 def test_the_loops_adopt_only_landed_bytes_and_post_receives_after_go(
-    payload: str, monkeypatch: Any
+    payload: str, monkeypatch: Any, pipeline: dict[str, int]
 ) -> None:
     """The two loops in one process over a fake link: at the moment the receiver adopts an
     image (publishes it READY, SPEC C13), its reserved units already hold the image's bytes;
-    and every payload receive comes right after the round's GO message (on NCCL a receive
-    posted before it cannot be withdrawn if the sender is lost). A receiver that adopts
-    before it lands ends with the same bytes, so the end-of-run check cannot see it."""
+    and every payload receive is posted right after the round's GO message (on NCCL a
+    receive posted before it cannot be withdrawn if the sender is lost). A receiver that
+    adopts before it lands (or lands before the payload's wait) ends with the same bytes, so
+    the end-of-run check cannot see it. With ``pipeline=2`` each round but the last has the
+    next round's REPLIES sent between its post and its wait (round k+1 accepted while
+    round k's payload is in flight). And the sender ends a round's leases only after its
+    payload's wait (in ``regions`` mode the sends read the source units): at each wait of
+    the sender, only the earlier rounds' leases are settled."""
 
-    cfg = small(images=4, window=2, payload=payload)
+    cfg = small(**pipeline, images=6, window=2, payload=payload)
     s = Sender(cfg)
     r = Receiver(cfg)
     at_adoption: list[tuple[int, bool]] = []
@@ -997,16 +1246,34 @@ def test_the_loops_adopt_only_landed_bytes_and_post_receives_after_go(
         return bool(adopt(owner, h))
 
     monkeypatch.setattr(r.coord, "adopt_transfer_units", checked_adopt)
+    wait = _FakeLink.wait
+    settled_at_wait: list[int] = []
+
+    def sender_wait(self: _FakeLink, posted: T.Posted) -> None:
+        if self.rank == 0 and posted.sending and posted.tensors:
+            settled_at_wait.append(sum(e[0] == "offload" and e[2] == "settle" for e in s.events))
+        wait(self, posted)
+
+    monkeypatch.setattr(_FakeLink, "wait", sender_wait)
     results, rlog = _run_loops(s, r)
     assert isinstance(results["r"], dict) and isinstance(results["s"], dict), results
-    assert results["r"]["adopted"] == 4 and results["r"]["mismatches"] == []
+    assert results["r"]["adopted"] == 6 and results["r"]["mismatches"] == []
     assert sorted(h for h, _ in at_adoption) == sorted(s.keys)
     assert all(ok for _, ok in at_adoption), "adopted before the bytes were in its units"
     first = next(k for k, e in enumerate(rlog) if e[0] == "exchange")
     timed = rlog[first + 1 :]  # after the warm-up
-    payloads = [k for k, e in enumerate(timed) if e[0] == "exchange"]
-    assert len(payloads) == 2
-    assert all(timed[k - 1] == ("ints", T.KIND_PAYLOAD) for k in payloads), timed
+    posts = [k for k, e in enumerate(timed) if e[0] == "post"]
+    waits = [k for k, e in enumerate(timed) if e[0] == "exchange"]
+    assert len(posts) == len(waits) == 3 and all(p < w for p, w in zip(posts, waits, strict=True))
+    assert all(timed[k - 1] == ("ints", T.KIND_PAYLOAD) for k in posts), timed
+    between = [
+        [e for e in timed[p + 1 : w] if e[0] == "send"] for p, w in zip(posts, waits, strict=True)
+    ]
+    if cfg.pipeline == 1:
+        assert between == [[], [], []], timed
+    else:  # REPLIES of rounds 1 and 2 sent with rounds 0 and 1 in flight
+        assert [len(b) for b in between] == [1, 1, 0], timed
+    assert settled_at_wait == [0, 0, 2, 4], settled_at_wait  # the warm-up, rounds 0, 1, 2
 
 
 # -- two processes over gloo ---------------------------------------------------------------
@@ -1018,8 +1285,12 @@ def run(cfg: TransferConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     return snd, rcv
 
 
-def test_two_processes_happy_path_staged(backend: dict[str, str]) -> None:
-    cfg = small(**backend, images=6, window=2, slots=2, units=6 * U, baseline=True)
+def test_two_processes_happy_path_staged(backend: dict[str, str], pipeline: dict[str, int]) -> None:
+    """Every image adopted and bit-exact, nothing left; and the control messages of the
+    timed loop (3 rounds): ROUND, REPLIES and GO per round, then END and SUMMARY, 11 in
+    all with ``pipeline=1``; with ``pipeline=2`` GO of round k travels with ROUND of round
+    k+1 (and the last GO with END): 8, of which 4 are the sender's."""
+    cfg = small(**backend, **pipeline, images=6, window=2, units=6 * U, baseline=True)
     snd, rcv = run(cfg)
     assert snd["exitcode"] == 0 and rcv["exitcode"] == 0, (snd.get("error"), rcv.get("error"))
     assert snd["sent"] == list(range(6)) and snd["refused"] == {}
@@ -1035,6 +1306,12 @@ def test_two_processes_happy_path_staged(backend: dict[str, str]) -> None:
     assert rcv["accounting"]["records"] == 7 * U  # six adopted images and the local one
     assert set(snd["keys"]) <= set(rcv["ready"])
     assert snd["baseline_s"] > 0 and rcv["baseline_s"] > 0
+    sent, received = {1: (7, 4), 2: (4, 4)}[cfg.pipeline]  # the sender's
+    assert snd["control_messages"] == {"sent": sent, "received": received, "rounds": 3,
+                                       "per_round": (sent + received) / 3}  # fmt: skip
+    assert rcv["control_messages"] == {**snd["control_messages"], "sent": received,
+                                       "received": sent}  # fmt: skip
+    assert snd["pipeline"] == rcv["pipeline"] == cfg.pipeline
 
 
 #: The copy engine over the staging rows (issue 21): torch always, Triton where its
@@ -1095,6 +1372,44 @@ def test_a_round_is_gathered_and_landed_in_one_batch(engine: str) -> None:
         s.finish(x)
 
 
+@pytest.mark.parametrize("engine", ["index", *STAGING_ENGINES])
+def test_two_rounds_in_flight_own_their_staging_buffers(engine: str) -> None:
+    """``pipeline=2``: round k+1 is gathered (into buffers ``window..2*window-1``) while
+    round k's are on the wire, so its gather must not touch them; each round lands from its
+    own buffers. A round that does not fit from its base is refused with nothing changed."""
+    cfg = small(copy_engine=engine, pipeline=2, images=4, window=2)
+    s, r = pair(cfg)
+    assert len(s.staging) == len(r.staging) == 4
+    if engine != "index":
+        assert s.rows.rows.shape[0] == r.rows.rows.shape[0] == 4
+    a, b = [s.lease(0), s.lease(1)], [s.lease(2), s.lease(3)]
+    wa = s.gather_round(a, s.buffer_base(0))
+    held = [w.clone() for w in wa]
+    wb = s.gather_round(b, s.buffer_base(1))  # round 0's wires untouched
+    assert all(torch.equal(w, h) for w, h in zip(wa, held, strict=True))
+    assert [w.data_ptr() for w in wb] == [s.wire(s.staging[k]).data_ptr() for k in (2, 3)]
+    for w, i in zip([*wa, *wb], range(4), strict=True):
+        assert torch.equal(w, s.image(s.keys[i]))
+    ia = [r.accept(o.header, k) for k, o in enumerate(a)]
+    ib = [r.accept(o.header, 2 + k) for k, o in enumerate(b)]
+    for incs, wires, base in ((ib, wb, 2), (ia, wa, 0)):  # round 1's bytes arrive first
+        for k, w in enumerate(wires):
+            r.buffers(incs[k], r.staging[base + k])[0].copy_(w)  # type: ignore[arg-type]
+    snap = r.coord.snapshot()
+    with pytest.raises(InvalidArgumentError, match="from staging buffer 3"):
+        r.land_round(ia, 3)  # type: ignore[arg-type]
+    assert r.coord.snapshot() == snap and all(i.state == "reserved" for i in ia)  # type: ignore[union-attr]
+    r.land_round(ib, r.buffer_base(1))  # type: ignore[arg-type]
+    r.land_round(ia, r.buffer_base(0))  # type: ignore[arg-type]
+    for inc in (*ia, *ib):
+        assert r.adopt(inc)  # type: ignore[arg-type]
+    for i in range(4):
+        assert torch.equal(restored(r, s.keys[i], 0), s.image(s.keys[i]))
+    for x in (*a, *b):
+        s.finish(x)
+    assert check_invariants(r.coord.snapshot()) == [] and not s.coord.has_offload_pins()
+
+
 @pytest.mark.parametrize("engine", STAGING_ENGINES)
 def test_two_processes_through_the_copy_engine(engine: str) -> None:
     cfg = small(images=4, window=2, slots=2, units=4 * U, copy_engine=engine)
@@ -1108,8 +1423,8 @@ def test_two_processes_through_the_copy_engine(engine: str) -> None:
     no_leak(rcv)
 
 
-def test_two_processes_mid_payload_loss_through_the_copy_engine() -> None:
-    cfg = small(copy_engine="torch", fault="sender_dies_mid_payload", fault_image=3)
+def test_two_processes_mid_payload_loss_through_the_copy_engine(pipeline: dict[str, int]) -> None:
+    cfg = small(**pipeline, copy_engine="torch", fault="sender_dies_mid_payload", fault_image=3)
     snd, rcv = run(cfg)
     assert snd["exitcode"] == CRASH_EXIT and rcv["exitcode"] == 0, rcv.get("error")
     assert rcv["copy_engine"] == "torch"
@@ -1117,10 +1432,14 @@ def test_two_processes_mid_payload_loss_through_the_copy_engine() -> None:
     assert_round_1_given_up(snd, rcv)
 
 
-def test_two_processes_the_same_image_twice_regions(backend: dict[str, str]) -> None:
+def test_two_processes_the_same_image_twice_regions(
+    backend: dict[str, str], pipeline: dict[str, int]
+) -> None:
     """(b) over the wire: image 1 arrives again (inverted bytes) in a last round; the
     receiver's second adoption returns False and every restore of it is the first copy."""
-    cfg = small(**backend, images=4, payload="regions", fault="duplicate", fault_image=1)
+    cfg = small(
+        **backend, **pipeline, images=4, payload="regions", fault="duplicate", fault_image=1
+    )
     snd, rcv = run(cfg)
     assert snd["exitcode"] == 0 and rcv["exitcode"] == 0, (snd.get("error"), rcv.get("error"))
     assert snd["sent"] == [0, 1, 2, 3, 1]
@@ -1152,12 +1471,14 @@ def assert_round_1_given_up(snd: dict[str, Any], rcv: dict[str, Any]) -> None:
     no_leak(rcv)
 
 
-def test_two_processes_the_sender_dies_after_its_leases(backend: dict[str, str]) -> None:
+def test_two_processes_the_sender_dies_after_its_leases(
+    backend: dict[str, str], pipeline: dict[str, int]
+) -> None:
     """(a) The sender leases round 1 (images 2 and 3), the receiver reserves and suspends,
     the sender dies before any payload. Its own ``finally`` settled both leases (no
     timeout); the receiver sees the connection go, releases both reservations, resumes and
     runs the local restores; neither side leaks a unit."""
-    cfg = small(**backend, fault="sender_dies", fault_image=3)
+    cfg = small(**backend, **pipeline, fault="sender_dies", fault_image=3)
     snd, rcv = run(cfg)
     assert snd["exitcode"] == CRASH_EXIT and "dies" in snd["crashed"]
     assert rcv["exitcode"] == 0, rcv.get("error")
@@ -1167,14 +1488,16 @@ def test_two_processes_the_sender_dies_after_its_leases(backend: dict[str, str])
     assert rcv["accounting"]["records"] == 3 * U  # two adopted + the local image
 
 
-def test_two_processes_the_sender_dies_after_go(backend: dict[str, str]) -> None:
+def test_two_processes_the_sender_dies_after_go(
+    backend: dict[str, str], pipeline: dict[str, int]
+) -> None:
     """(a) The sender dies after GO, so the receiver has posted its payload receives: on
     gloo they fail when the connection goes; on nccl (a posted receive that cannot be
     withdrawn) they pass the data deadline. Either way the data group is aborted first, and
     the round is given up as when the sender dies before GO: both reservations released,
     both local restores resumed and checked, no leak. (The nccl variant runs only with two
     GPUs; it was not run on the session that wrote the abort.)"""
-    cfg = small(**backend, fault="sender_dies_after_go", fault_image=3, timeout_s=5.0)
+    cfg = small(**backend, **pipeline, fault="sender_dies_after_go", fault_image=3, timeout_s=5.0)
     snd, rcv = run(cfg)
     assert snd["exitcode"] == CRASH_EXIT and "after GO" in snd["crashed"]
     assert rcv["exitcode"] == 0, rcv.get("error")
@@ -1211,14 +1534,18 @@ def first_image_done(rcv: dict[str, Any], backend: dict[str, str], payload: str)
 
 
 @pytest.mark.parametrize("payload", ["staged", "regions"])
-def test_two_processes_the_sender_dies_mid_payload(backend: dict[str, str], payload: str) -> None:
+def test_two_processes_the_sender_dies_mid_payload(
+    backend: dict[str, str], pipeline: dict[str, int], payload: str
+) -> None:
     """(a) The sender sends image 2's bytes (the first image of round 1) and dies before
     image 3's: the receiver's receives of image 2 have completed, image 3's are still posted
     (gloo) when the connection goes. The data group is aborted before anything is released;
     the whole round is given up, image 2 too (its bytes arrived but nothing of a lost round
     is landed or adopted): both reservations released, both local restores resumed, run and
     checked bit for bit; the sender's ``finally`` settled its leases; no leak."""
-    cfg = small(**backend, payload=payload, fault="sender_dies_mid_payload", fault_image=3)
+    cfg = small(
+        **backend, **pipeline, payload=payload, fault="sender_dies_mid_payload", fault_image=3
+    )
     snd, rcv = run(cfg)
     assert snd["exitcode"] == CRASH_EXIT and "mid-payload" in snd["crashed"], snd.get("crashed")
     assert rcv["exitcode"] == 0, rcv.get("error")
@@ -1232,7 +1559,9 @@ def test_two_processes_the_sender_dies_mid_payload(backend: dict[str, str], payl
 
 
 @pytest.mark.parametrize("payload", ["staged", "regions"])
-def test_two_processes_the_sender_stalls_mid_payload(backend: dict[str, str], payload: str) -> None:
+def test_two_processes_the_sender_stalls_mid_payload(
+    backend: dict[str, str], pipeline: dict[str, int], payload: str
+) -> None:
     """(a) A living sender goes silent after image 2's bytes: the receiver's payload passes
     its data deadline (1 s: half the 2 s group timeout), it aborts the data group, gives the
     round up as above and sends ABANDON. Only then does the sender send image 3 late: the
@@ -1240,7 +1569,12 @@ def test_two_processes_the_sender_stalls_mid_payload(backend: dict[str, str], pa
     released units or staging tensors changed after the give-up (``late_writes`` 0). The
     sender fails; its ``finally`` settles every lease; no leak on either side."""
     cfg = small(
-        **backend, payload=payload, fault="sender_stalls_mid_payload", fault_image=3, timeout_s=2.0
+        **backend,
+        **pipeline,
+        payload=payload,
+        fault="sender_stalls_mid_payload",
+        fault_image=3,
+        timeout_s=2.0,
     )
     snd, rcv = run(cfg)
     assert rcv["exitcode"] == 0, rcv.get("error")
@@ -1254,15 +1588,67 @@ def test_two_processes_the_sender_stalls_mid_payload(backend: dict[str, str], pa
     assert rcv["bytes_received"] == 2 * IMAGE
 
 
-def test_two_processes_a_stalled_sender_times_the_receiver_out(backend: dict[str, str]) -> None:
+@pytest.mark.parametrize("fault", ["sender_dies_mid_payload", "sender_stalls_mid_payload"])
+def test_two_processes_a_lost_payload_gives_up_its_accepted_successor(
+    backend: dict[str, str], fault: str
+) -> None:
+    """(a) Two rounds in flight (``pipeline=2``, 6 images in rounds of 2): the sender sends
+    GO of round 1 with ROUND of round 2, sends image 2's bytes, reads round 2's REPLIES (the
+    receiver has reserved its units and suspended its local restores while round 1's
+    payload is posted) and then dies (or goes silent). The receiver's wait of round 1 fails
+    (or passes its deadline): the data group is aborted before ANY reservation of either
+    round is released; both rounds are given up (4 reservations released, 4 local restores
+    resumed, run and checked bit for bit); round 0 stays adopted; the sender's leases of all
+    three rounds ended by settle (none reclaimed); no leak on either side."""
+    stalls = fault == "sender_stalls_mid_payload"
+    cfg = small(**backend, pipeline=2, images=6, fault=fault, fault_image=3,
+                timeout_s=2.0 if stalls else 10.0)  # fmt: skip
+    snd, rcv = run(cfg)
+    assert rcv["exitcode"] == 0, rcv.get("error")
+    if stalls:
+        assert snd["exitcode"] == 1 and "late send of the rest failed" in snd["error"], snd
+        assert rcv["late_writes"] == 0, rcv["late_writes"]
+    else:
+        assert snd["exitcode"] == CRASH_EXIT and "round 2 accepted" in snd["crashed"], snd
+    assert rcv["outcome"] == {"0": ["adopted"], "1": ["adopted"],
+                              **{str(i): ["aborted"] for i in range(2, 6)}}  # fmt: skip
+    assert rcv["given_up_rounds"] == [1, 2]
+    first_image_done(rcv, backend, "staged")
+    ev = rcv["events"]
+    abort = next(k for k, e in enumerate(ev) if e[0] == "data")
+    reserves = [k for k, e in enumerate(ev) if e[0] == "transfer" and e[2] == "reserve"]
+    releases = [k for k, e in enumerate(ev) if e[0] == "transfer" and e[2] == "release"]
+    assert len(reserves) == 6 and reserves[-1] < abort  # round 2 reserved before the loss
+    assert len(releases) == 4 and abort < releases[0], (abort, releases)
+    assert {tuple(ev[k][3]) for k in releases} == {tuple(ev[k][3]) for k in reserves[2:]}
+    assert rcv["local"]["resumed"] == 4 and rcv["mismatches"] == []
+    assert all([i, "local"] in rcv["checked"] for i in range(2, 6))
+    assert rcv["bytes_received"] == 2 * IMAGE and rcv["quarantined"] == []
+    assert terminal_leases(snd) == (6, 6)
+    no_leak(snd)
+    no_leak(rcv)
+    assert rcv["accounting"]["records"] == 3 * U  # two adopted + the local image
+
+
+def test_two_processes_a_stalled_sender_times_the_receiver_out(
+    backend: dict[str, str], pipeline: dict[str, int]
+) -> None:
     """(a) A hung peer rather than a dead one: the receiver's receive times out after the
     group's timeout, it gives the round up as above; the sender's late send fails and its
-    ``finally`` settles every lease."""
-    cfg = small(**backend, fault="sender_stalls", fault_image=1, timeout_s=2.0)
+    ``finally`` settles every lease. With ``pipeline=2`` the stall strikes round 1, whose
+    REPLIES the sender read with round 0's payload in flight: it waits for that payload
+    and settles round 0 first (adopted), then goes silent before GO of round 1."""
+    stalled = 1 if pipeline["pipeline"] == 1 else 3
+    cfg = small(**backend, **pipeline, fault="sender_stalls", fault_image=stalled, timeout_s=2.0)
     snd, rcv = run(cfg)
     assert rcv["exitcode"] == 0, rcv.get("error")
     assert "Timed out" in rcv["peer_lost"] or "timed out" in rcv["peer_lost"].lower()
-    assert rcv["outcome"] == {"0": ["aborted"], "1": ["aborted"]}
+    if stalled == 1:
+        assert rcv["outcome"] == {"0": ["aborted"], "1": ["aborted"]}
+    else:
+        assert rcv["outcome"] == {"0": ["adopted"], "1": ["adopted"], "2": ["aborted"],
+                                  "3": ["aborted"]}  # fmt: skip
+        assert rcv["given_up_rounds"] == [1] and rcv["lost_payload"] is None
     assert rcv["local"]["resumed"] == 2 and rcv["mismatches"] == []
     assert snd["exitcode"] != 0 and "WireError" in snd["error"]
     acquired, _ = terminal_leases(snd)
@@ -1272,12 +1658,12 @@ def test_two_processes_a_stalled_sender_times_the_receiver_out(backend: dict[str
 
 
 def test_two_processes_a_full_receiver_refuses_before_anything_is_sent(
-    backend: dict[str, str],
+    backend: dict[str, str], pipeline: dict[str, int]
 ) -> None:
     """(d) Before round 1 a live-KV tenant takes every unit the receiver can free: both
     images of the round are refused before any byte moves (the receiver's snapshot is
     unchanged by each refusal), the sender settles their leases, and the run goes on."""
-    cfg = small(**backend, images=6, units=6 * U, fault="receiver_full", fault_image=2)
+    cfg = small(**backend, **pipeline, images=6, units=6 * U, fault="receiver_full", fault_image=2)
     snd, rcv = run(cfg)
     assert snd["exitcode"] == 0 and rcv["exitcode"] == 0, (snd.get("error"), rcv.get("error"))
     assert snd["refused"] == {"2": "no_room", "3": "no_room"}
@@ -1364,10 +1750,10 @@ def test_the_benchmark_writes_its_own_section(tmp_path: Any) -> None:
     from pagedstate.models.bench import transfer as B
 
     row = {
-        "model": "m", "block_tokens": 512, "payload": "staged", "window": 2, "images": 8,
-        "image_bytes": 3 << 20, "units_per_image": 4, "pieces_per_image": 38,
+        "model": "m", "block_tokens": 512, "payload": "staged", "window": 2, "pipeline": 2,
+        "images": 8, "image_bytes": 3 << 20, "units_per_image": 4, "pieces_per_image": 38,
         "protocol_s": 0.5, "images_per_s": 16.0, "gbps": 0.05, "plain_gbps": 0.1,
-        "ratio": 0.5, "checked": 8, "mismatches": 0,
+        "ratio": 0.5, "control_per_round": 2.5, "checked": 8, "mismatches": 0,
         "sender_phases_s": {"gather": 0.004, "control": 0.008},
         "receiver_phases_s": {"land": 0.002},
     }  # fmt: skip
@@ -1382,11 +1768,12 @@ def test_the_benchmark_writes_its_own_section(tmp_path: Any) -> None:
     }  # noqa: E501
     body = B.render([row, failed], meta)
     assert (
-        "| m | 512 | staged | 2 | 8 | 3.00 MiB | 4 (38) | 0.5000 | 16.0 | 0.05 | 0.10 | 0.50 |"
-        " 8 (0) |" in body
+        "| m | 512 | staged | 2 | 2 | 8 | 3.00 MiB | 4 (38) | 0.5000 | 16.0 | 0.05 | 0.10 |"
+        " 0.50 | 2.50 | 8 (0) |" in body
     )
     # ms per image per phase: gather 4 ms / 8 images, control 1.0, then 0 for the missing
-    assert "| 512 | staged | 2 | 0.500 | 1.000 | 0.000 | 0.000 | 0.000 | 0.250 |" in body
+    assert "| 512 | staged | 2 | 2 | 0.500 | 1.000 | 0.000 | 0.000 | 0.000 | 0.250 |" in body
+    assert "| m | 512 | staged | 2 | 2 | 8 | 3.00 MiB | 4 (38) | failed: rank 0: boom |" in body
     assert "failed: rank 0: boom" in body
     doc = tmp_path / "t.md"
     doc.write_text(

@@ -103,6 +103,35 @@ def test_the_rows_match_the_drivers_own_gather() -> None:
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_two_rounds_in_flight_have_a_row_each_and_gather_at_their_own(engine: str) -> None:
+    """``pipeline=2``: the side's rows are ``window * pipeline`` (one per image in flight);
+    round 1 gathers into rows ``window..`` (``at=``) and leaves round 0's rows untouched."""
+    cfg = TransferConfig(images=4, window=2, slots=4, pipeline=2, units=12, slice=SLICE,
+                         copy_engine=engine)  # fmt: skip
+    s = Sender(cfg, "cpu")
+    s.prefill()
+    assert s.rows.rows.shape[0] == len(s.staging) == 4
+    assert s.staging[3].data_ptr() == s.rows.rows[3].data_ptr()
+    outs = [s.lease(i) for i in range(4)]
+    s.gather_round(outs[:2], 0)
+    rows0 = s.rows.rows[:2].clone()
+    before = s.rows.executor.batches
+    wires = s.gather_round(outs[2:], s.buffer_base(1))
+    assert s.rows.executor.batches == before + 1 and torch.equal(s.rows.rows[:2], rows0)
+    for k in range(4):
+        assert torch.equal(s.rows.wire(k), s.image(s.keys[k]))
+    assert [w.data_ptr() for w in wires] == [s.rows.wire(k).data_ptr() for k in (2, 3)]
+    for o in outs:
+        s.finish(o)
+    again = [s.lease(0), s.lease(1)]
+    with pytest.raises(InvalidArgumentError, match="from staging buffer 3"):
+        s.gather_round(again, 3)  # rows 3 and 4: there is no row 4
+    assert [o.state for o in again] == ["leased", "leased"]
+    for o in again:
+        s.finish(o)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_a_refused_round_writes_nothing(engine: str) -> None:
     lay = _layout("Qwen/Qwen3-Next-80B-A3B-Instruct", SLICE, 16)
     u = lay.units_per_checkpoint
@@ -167,8 +196,8 @@ def test_the_phase_benchmark_catches_a_misplaced_row(monkeypatch: Any) -> None:
 
     real = StagingRows.land
 
-    def swapped(self: StagingRows, images: Any) -> None:
-        real(self, list(reversed(images)))
+    def swapped(self: StagingRows, images: Any, at: Any = None) -> None:
+        real(self, list(reversed(images)), at)
 
     monkeypatch.setattr(StagingRows, "land", swapped)
     with pytest.raises(RuntimeError, match="mismatched"):

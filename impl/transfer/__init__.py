@@ -38,6 +38,7 @@ messages (see "A lost payload" below)::
 
     S -> R  HELLO   [MAGIC, VERSION, page_unit_bytes, image_bytes, units, len, digest, payload]
     S -> R          layout_id as len uint8 bytes
+    S -> R          [pipeline, window, 0, 0, 0, 0, 0, 0] (VERSION 2: both ranks must agree)
     R -> S  WELCOME [MAGIC, status, reason, 0]          (refused: both sides raise)
     per round of up to `window` images:
     S -> R  ROUND   [MAGIC, KIND_ROUND, round, count, 0, 0, 0, 0] followed, in the same
@@ -48,6 +49,10 @@ messages (see "A lost payload" below)::
                     (the receiver posts its receives only now: on NCCL a posted receive
                     cannot be withdrawn if the sender is lost first)
     S -> R  PAYLOAD the accepted images' bytes, in header order (one grouped p2p batch)
+    with pipeline=2, GO of round k and ROUND of round k+1 (or END) are one message:
+    S -> R  GO + ROUND  [MAGIC, KIND_PAYLOAD, k, accepted, 0, 0, 0, 0] + ROUND(k+1) or END
+                    (round k's receives are posted on it, round k+1 accepted and answered,
+                    and only then round k's payload waited, landed and adopted)
     a lost round (its payload failed or passed the data deadline):
     R -> S  ABANDON [MAGIC, KIND_ABANDON, round, count, 0, 0, 0, 0]: best effort
     finally:
@@ -95,6 +100,18 @@ be aborted, its buffers are kept alive and the round's reservations are **not** 
 either way. On the sender, a failed payload aborts the data group too, and only then does
 its ``finally`` end the round's leases.
 
+Rounds in flight (``TransferConfig.pipeline``)
+--------------------------------------------
+``pipeline=1``: one round after the other (3 control messages per round). ``pipeline=2``:
+round k's payload is posted (:meth:`Link.post`) and waited (:meth:`Link.wait`, its deadline
+counted from the post) only after round k+1's lease, ROUND/REPLIES exchange and gather,
+before round k's settle, landing and adoption; GO of round k travels with ROUND of round k+1
+(2 control messages per round). Round k owns ``window`` staging buffers and destination
+slots from ``(k % pipeline) * window`` (``window * pipeline <= slots``). A lost sender with
+two rounds in flight gives **both** up by one rule (:mod:`.giveup`): the data group is
+aborted (or a payload still posted cancelled, :meth:`Link.cancel`) before any reservation
+of either is released, and when it cannot be aborted every reservation of both is kept.
+
 Faults (``TransferConfig.fault``; each is a test in ``tests/test_transfer.py``)
 ------------------------------------------------------------------------------------
 - ``"sender_dies"``: in the round holding ``fault_image`` the sender leases, sends the
@@ -140,6 +157,7 @@ starts a process (:class:`TorchMissingError`: ``pip install 'pagedstate[gpu]'``)
 
 Modules: :mod:`.config` (the run), :mod:`.wire` (messages, :class:`Link`), :mod:`.side`
 (what both ranks own), :mod:`.sender` and :mod:`.receiver` (the two roles and their loops),
+:mod:`.giveup` (the receiver's rounds in flight and their give-up path),
 :mod:`.timing` (phase timers, the plain baseline), :mod:`.rank` (one rank, its report),
 :mod:`.launch` (the two processes; ``python -m pagedstate.impl.transfer`` is one rank).
 """
@@ -154,6 +172,7 @@ from .config import (
     FAULTS,
     MID_PAYLOAD_FAULTS,
     PAYLOADS,
+    PIPELINES,
     VERIFY_MODES,
     TransferConfig,
     image_key,
@@ -187,7 +206,7 @@ from .wire import KIND_LATE as KIND_LATE
 from .wire import KIND_PAYLOAD as KIND_PAYLOAD
 from .wire import KIND_ROUND as KIND_ROUND
 from .wire import MAGIC as MAGIC
-from .wire import REASONS, ImageHeader, Link, LoadOperationId, Refusal, Reply
+from .wire import REASONS, ImageHeader, Link, LoadOperationId, Posted, Refusal, Reply
 from .wire import REFUSE as REFUSE
 from .wire import REPLY_LEN as REPLY_LEN
 from .wire import VERSION as VERSION
@@ -200,6 +219,7 @@ __all__ = [
     "FAULTS",
     "MID_PAYLOAD_FAULTS",
     "PAYLOADS",
+    "PIPELINES",
     "REASONS",
     "VERIFY_MODES",
     "ImageHeader",
@@ -209,6 +229,7 @@ __all__ = [
     "LoadOperationId",
     "Outgoing",
     "PayloadLost",
+    "Posted",
     "Receiver",
     "Refusal",
     "Reply",

@@ -23,6 +23,10 @@ PAYLOADS = ("staged", "regions")
 #: launch with Triton: :mod:`pagedstate.impl.transfer.staging`); ``"auto"``: ``"triton"``
 #: on CUDA when Triton imports, ``"index"`` otherwise.
 COPY_ENGINES = ("auto", "index", "triton", "torch")
+#: Rounds in flight (``TransferConfig.pipeline``): 1, one round after the other; 2,
+#: double-buffered (round k+1's lease, control exchange and gather overlap round k's
+#: payload, which is posted and waited only before round k's settle / landing).
+PIPELINES = (1, 2)
 #: Injected faults (see the module doc).
 FAULTS = (
     "none",
@@ -150,6 +154,12 @@ class TransferConfig:
             units, two with ``local_restore`` (the local image and one received).
         images: images sent (each a distinct prefix hash).
         window: images per round (one control round trip and one grouped p2p batch).
+        pipeline: rounds in flight (:data:`PIPELINES`): 1, sequential rounds; 2,
+            double-buffered: round k's payload is posted and not waited before round k+1's
+            lease, ROUND/REPLIES exchange and gather (GO of round k travels with ROUND of
+            round k+1, one message). Both ranks must agree (the HELLO says it). Each image
+            in flight needs its own destination slot and staging buffer: ``window *
+            pipeline <= slots``, and each side holds ``window * pipeline`` staging buffers.
         backend: ``"gloo"`` (``device="cpu"``) or ``"nccl"`` (``device="cuda"``: rank r uses
             ``cuda:r``).
         device: ``"cpu"`` or ``"cuda"``.
@@ -182,6 +192,7 @@ class TransferConfig:
     receiver_units: int | None = None
     images: int = 8
     window: int = 2
+    pipeline: int = 1
     backend: str = "gloo"
     device: str = "cpu"
     seed: int = 0
@@ -211,6 +222,10 @@ class TransferConfig:
                 )
         for name in ("slots", "units", "images", "window"):
             _positive(name, getattr(self, name))
+        if type(self.pipeline) is not int or self.pipeline not in PIPELINES:
+            raise InvalidArgumentError(
+                f"pipeline must be an int in {PIPELINES}, got {self.pipeline!r}"
+            )
         if self.receiver_units is not None:
             _positive("receiver_units", self.receiver_units)
         if self.receiver_block_tokens is not None:
@@ -219,6 +234,12 @@ class TransferConfig:
             raise InvalidArgumentError(
                 f"window ({self.window}) must be <= slots ({self.slots}): each image of a"
                 " round lands in its own slot"
+            )
+        if self.window * self.pipeline > self.slots:
+            raise InvalidArgumentError(
+                f"window ({self.window}) x pipeline ({self.pipeline}) must be <= slots"
+                f" ({self.slots}): each image of the {self.pipeline} rounds in flight lands"
+                " in its own slot"
             )
         pairs = {"gloo": "cpu", "nccl": "cuda"}
         if self.backend not in pairs:

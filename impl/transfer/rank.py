@@ -23,9 +23,10 @@ from .wire import Link
 
 def run_rank(rank: int, world_size: int, cfg: TransferConfig, init_method: str) -> dict[str, Any]:
     """Run one rank of a transfer under ``torch.distributed`` and return its result: what
-    it sent or received, timings in seconds, its unit accounting, the offload / lease /
-    transfer rows it took and the data group's aborts (``events``) and any SPEC C invariant
-    it broke (``invariants``).
+    it sent or received, timings in seconds, the control messages of its timed loop
+    (``control_messages``: ``sent``, ``received``, ``rounds``, ``per_round``), its unit
+    accounting, the offload / lease / transfer rows it took and the data group's aborts
+    (``events``) and any SPEC C invariant it broke (``invariants``).
 
     Three process groups: the default one (``cfg.backend``), the control group (gloo: the
     default group with gloo, a gloo subgroup next to nccl) and the data group, a subgroup

@@ -11,16 +11,15 @@ from pagedstate.spec.errors import InvalidArgumentError
 
 from .config import TransferConfig, _need_config, image_key
 from .errors import LayoutMismatchError, PayloadLost, TransferError, WireError, _need
+from .giveup import _Accepted, _fail_rounds, _give_up_rounds
 from .side import Incoming, _in_state, _Side
-from .timing import _baseline, _Phases, _warm_up
+from .timing import _baseline, _counted, _Phases, _warm_up
 from .wire import (
     _REASON,
     ACCEPT,
     CTRL_LEN,
     HEADER_LEN,
-    KIND_ABANDON,
     KIND_END,
-    KIND_LATE,
     KIND_PAYLOAD,
     KIND_ROUND,
     MAGIC,
@@ -31,7 +30,9 @@ from .wire import (
     LoadOperationId,
     Refusal,
     Reply,
+    _go_length,
     _hello,
+    _hello_tail,
 )
 
 _LOCAL_SALT = 0x10CA_15EE_D5A1_7000
@@ -149,27 +150,26 @@ class Receiver(_Side):
                     v.copy_(p)
         inc.state = "landed"
 
-    def land_round(self, incs: Sequence[Incoming]) -> None:
-        """:meth:`land` of ``staging[k]`` into ``incs[k]``'s units for every image of a
-        round (staged payloads): with the copy engine (:attr:`rows`) one batch, one launch
-        with Triton; otherwise image by image.
+    def land_round(self, incs: Sequence[Incoming], base: int = 0) -> None:
+        """:meth:`land` of ``staging[base + k]`` into ``incs[k]``'s units for every image of
+        a round (staged payloads; ``base``: the round's first buffer, :meth:`buffer_base`):
+        with the copy engine (:attr:`rows`) one batch, one launch with Triton; otherwise
+        image by image.
 
         Raises:
-            InvalidArgumentError: an element is not an :class:`Incoming`, or more images
-                than staging buffers; nothing changed.
+            InvalidArgumentError: an element is not an :class:`Incoming`, or the round does
+                not fit the staging buffers from ``base``; nothing changed.
             TransferError: an image is not reserved; nothing changed."""
         for inc in incs:
             _need(inc, Incoming, "inc")
             _in_state(inc, "reserved")
-        if len(incs) > len(self.staging):
-            raise InvalidArgumentError(
-                f"a round of {len(incs)} images; there are {len(self.staging)} staging buffers"
-            )
+        self._round_buffers(len(incs), base)
         if self.rows is None:
             for k, inc in enumerate(incs):
-                self.land(inc, self.staging[k])
+                self.land(inc, self.staging[base + k])
             return
-        self.rows.land([inc.units for inc in incs])
+        at = None if base == 0 else [base + k for k in range(len(incs))]
+        self.rows.land([inc.units for inc in incs], at)
         for inc in incs:
             inc.state = "landed"
 
@@ -266,89 +266,25 @@ class Receiver(_Side):
         return (self.tensors.read_image(slot) != self.image(key)).sum()
 
 
-def _give_up_round(
-    r: Receiver,
-    link: Link,
-    rnd: int,
-    incs: list[Incoming],
-    err: WireError,
-    outcome: dict[int, list[str]],
-    local: dict[str, int],
-) -> dict[str, Any]:
-    """The round ``rnd`` is lost (``err``: no GO, or its payload failed): give every image of
-    it up, the ones whose bytes fully arrived too (nothing of a lost round is landed or
-    adopted). The data group was aborted before ``err`` was raised (:meth:`Link.exchange`),
-    so the reservations are released (``release_transfer_units``) only now, when nothing can
-    land in them; a payload that could not be aborted (``err.aborted`` False) has its
-    reservations kept (:meth:`Receiver.quarantine`) and its staging tensors never reused
-    (replaced). Every suspended local restore is resumed and run here (the caller checks
-    the slots). Then ABANDON tells the sender (best effort), and with
-    ``fault="sender_stalls_mid_payload"`` the receiver waits for the sender's late send
-    (LATE) and counts the bytes of the round's units and staging tensors that changed since
-    the give-up (``late_writes``: must be 0). Returns ``payload``, ``quarantined`` and
-    ``late_writes`` for the result."""
-    cfg = r.cfg
-    staged = cfg.payload == "staged"
-    safe = not isinstance(err, PayloadLost) or err.aborted
-    out: dict[str, Any] = {"quarantined": []}
-    if isinstance(err, PayloadLost):
-        out["payload"] = {
-            "round": rnd,
-            "works_done": err.done,
-            "works": err.works,
-            "aborted": err.aborted,
-            "how": err.how,
-        }
-    for inc in incs:
-        resumed = inc.suspended is not None
-        if safe:
-            r.abort(inc)
-            outcome.setdefault(inc.header.index, []).append("aborted")
-        else:
-            r.quarantine(inc)
-            out["quarantined"].append(inc.header.index)
-            outcome.setdefault(inc.header.index, []).append("quarantined")
-        local["resumed"] += resumed
-    staging = r.staging[: len(incs)] if staged else []
-    if not safe and staged:  # a late receive may write them: never use them again
-        torch = r.torch
-        if r.rows is not None:
-            r.new_rows()  # the old rows stay alive in `staging` below, never reused
-        else:
-            for k in range(len(incs)):
-                r.staging[k] = torch.zeros_like(r.staging[k])
-    r.run_batch()  # the resumed local restores run (and released units are scrubbed)
-    watch = cfg.fault == "sender_stalls_mid_payload" and bool(incs)
-    units = [u for inc in incs for u in inc.units]
-    before = [r.tensors.read_units(units).clone(), *[t.clone() for t in staging]] if watch else []
-    try:
-        link.send_ints([MAGIC, KIND_ABANDON, rnd, len(incs), 0, 0, 0, 0])
-    except WireError:
-        pass  # the sender is gone: nobody to tell
-    if watch:
-        try:
-            late = link.recv_ints(CTRL_LEN)
-        except WireError:
-            late = []
-        if late[:2] == [MAGIC, KIND_LATE]:
-            after = [r.tensors.read_units(units), *staging]
-            out["late_writes"] = int(
-                sum(int((a != b).sum()) for a, b in zip(after, before, strict=True))
-            )
-    return out
+def _check_hello(r: Receiver, link: Link) -> None:
+    """Read the sender's HELLO (its head, ``layout_id`` and tail) and answer it: ACCEPT, or
+    REFUSE with the first field that differs from this rank's (``layout``, ``bytes``,
+    ``units``, ``payload``, ``pipeline``, ``window``; ``bad_header`` for another protocol or
+    VERSION, refused before the rest is read).
 
-
-def _receiver_loop(r: Receiver, link: Link) -> dict[str, Any]:
-    cfg = r.cfg
+    Raises:
+        LayoutMismatchError: refused (after the REFUSE was sent).
+        WireError: a message could not be read."""
     torch = r.torch
     hello = link.recv_ints(CTRL_LEN)
     if hello[0] != MAGIC or hello[1] != VERSION or not 0 < hello[5] <= 1 << 16:
         link.send_ints([MAGIC, REFUSE, _REASON["bad_header"], 0])
-        raise LayoutMismatchError(f"not a transfer HELLO: {hello}")
+        raise LayoutMismatchError(f"not a transfer HELLO of version {VERSION}: {hello}")
     lid = torch.empty(hello[5], dtype=torch.uint8)
     link.recv_bytes(lid)
+    tail = link.recv_ints(CTRL_LEN)
     theirs = bytes(lid.tolist()).decode("utf-8", errors="replace")
-    mine = _hello(r)
+    mine, my_tail = _hello(r), _hello_tail(r.cfg)
     reason = "ok"
     if theirs != r.layout.layout_id or hello[6] != mine[6]:
         reason = "layout"
@@ -358,131 +294,246 @@ def _receiver_loop(r: Receiver, link: Link) -> dict[str, Any]:
         reason = "units"
     elif hello[7] != mine[7]:
         reason = "payload"
+    elif tail[0] != my_tail[0]:
+        reason = "pipeline"
+    elif tail[1] != my_tail[1]:
+        reason = "window"
     if reason != "ok":
         link.send_ints([MAGIC, REFUSE, _REASON[reason], 0])
         raise LayoutMismatchError(
-            f"the sender's layout does not match ({reason}): theirs {theirs!r}, mine"
-            f" {r.layout.layout_id!r}"
+            f"the sender's layout does not match ({reason}): theirs {theirs!r}, pipeline"
+            f" {tail[0]}, window {tail[1]}; mine {r.layout.layout_id!r}, pipeline"
+            f" {my_tail[0]}, window {my_tail[1]}"
         )
     link.send_ints([MAGIC, ACCEPT, 0, 0])
-    keys = [image_key(cfg.seed, i) for i in range(cfg.images)]
-    staged = cfg.payload == "staged"
-    outcome: dict[int, list[str]] = {}
-    checks: list[tuple[int, str, int, Any]] = []  # (index, what, key, mismatched bytes)
-    refusal_changed: list[int] = []
-    peer_lost: str | None = None
-    lost: dict[str, Any] = {}
-    # Whether each refusal is checked to change nothing (a snapshot before and after every
-    # accept: O(state) each, so only in the run that plants the refusal).
-    audit = cfg.fault == "receiver_full"
-    local: dict[str, int] = {"queued": 0, "suspended": 0, "released": 0, "resumed": 0}
-    _warm_up(r, link, sending=False)
-    link.barrier()
-    ph = _Phases()
-    t0 = time.perf_counter()
-    rounds = 0
-    while True:
-        try:
-            with ph("wait"):
-                msg = link.recv_ints(CTRL_LEN + HEADER_LEN * cfg.window)
-        except WireError as e:  # between rounds: nothing is reserved
-            peer_lost = str(e)
-            break
+
+
+class _Run:
+    """The receiver's timed loop (:func:`_receiver_loop`): the steps of a round, and the
+    rounds in flight (``inflight``: accepted, not yet adopted; with ``pipeline=2`` up to
+    two)."""
+
+    def __init__(self, r: Receiver, link: Link) -> None:
+        cfg = r.cfg
+        self.r, self.link, self.cfg = r, link, cfg
+        self.keys = [image_key(cfg.seed, i) for i in range(cfg.images)]
+        self.staged = cfg.payload == "staged"
+        self.outcome: dict[int, list[str]] = {}
+        #: (index, what, key, mismatched bytes: a device scalar)
+        self.checks: list[tuple[int, str, int, Any]] = []
+        self.refusal_changed: list[int] = []
+        self.peer_lost: str | None = None
+        self.lost: dict[str, Any] = {}
+        # Whether each refusal is checked to change nothing (a snapshot before and after
+        # every accept: O(state) each, so only in the run that plants the refusal).
+        self.audit = cfg.fault == "receiver_full"
+        self.local: dict[str, int] = {"queued": 0, "suspended": 0, "released": 0, "resumed": 0}
+        self.ph = _Phases()
+        self.rounds = 0
+        self.inflight: list[_Accepted] = []
+
+    def open(self, msg: list[int]) -> _Accepted | None:
+        """A ROUND message (or END: None): check every header, reserve and suspend (the
+        round's destination slots and staging buffers start at its :meth:`buffer_base`).
+        The round is in flight from its first accept (:attr:`inflight`).
+
+        Raises:
+            WireError: not a ROUND or END, a round out of order or of a bad size."""
+        cfg, r = self.cfg, self.r
         head = msg[:CTRL_LEN]
         if head[0] != MAGIC or head[1] not in (KIND_ROUND, KIND_END):
             raise WireError(f"expected a ROUND or END message, got {head}")
         if head[1] == KIND_END:
-            break
-        rounds += 1
-        count = head[3]
+            return None
+        rnd, count = head[2], head[3]
+        if rnd != self.rounds:
+            raise WireError(f"round {rnd} arrived; expected round {self.rounds}")
         if not 0 < count <= cfg.window:
             raise WireError(f"a round of {count} images; the window is {cfg.window}")
-        head, rows = msg[:CTRL_LEN], msg[CTRL_LEN : CTRL_LEN + HEADER_LEN * count]
+        self.rounds += 1
+        rows = msg[CTRL_LEN : CTRL_LEN + HEADER_LEN * count]
         headers = [
             ImageHeader.from_row(rows[k : k + HEADER_LEN]) for k in range(0, len(rows), HEADER_LEN)
         ]
         if cfg.fault == "receiver_full" and any(h.index == cfg.fault_image for h in headers):
             r.fill_with_tenant(cfg.fault_image)
-        replies: list[Reply] = []
-        incs: list[Incoming] = []
-        expect: dict[int, tuple[int, str, int]] = {}  # slot -> (index, what, key)
+        rr = _Accepted(rnd, r.buffer_base(rnd))
+        self.inflight.append(rr)
         t_accept = time.perf_counter()
-        for slot, hdr in enumerate(headers):
+        for j, hdr in enumerate(headers):
+            slot = rr.base + j
             if r.queue_local(slot):
-                local["queued"] += 1
-                expect[slot] = (hdr.index, "local", r.local_key)
-            before = r.coord.snapshot() if audit else None
+                self.local["queued"] += 1
+                rr.expect[slot] = (hdr.index, "local", r.local_key)
+            before = r.coord.snapshot() if self.audit else None
             got = r.accept(hdr, slot)
             if isinstance(got, Refusal):
-                if audit and r.coord.snapshot() != before:
-                    refusal_changed.append(hdr.index)
-                outcome.setdefault(hdr.index, []).append("refused:" + got.reason)
-                replies.append(Reply(hdr.index, REFUSE, _REASON[got.reason], r.pool.num_free))
+                if self.audit and r.coord.snapshot() != before:
+                    self.refusal_changed.append(hdr.index)
+                self.outcome.setdefault(hdr.index, []).append("refused:" + got.reason)
+                rr.replies.append(Reply(hdr.index, REFUSE, _REASON[got.reason], r.pool.num_free))
                 continue
             if got.suspended is not None:
-                local["suspended"] += 1
-            incs.append(got)
-            replies.append(Reply(hdr.index, ACCEPT, 0, r.pool.num_free))
-        ph.s["accept"] = ph.s.get("accept", 0.0) + time.perf_counter() - t_accept
+                self.local["suspended"] += 1
+            rr.incs.append(got)
+            rr.replies.append(Reply(hdr.index, ACCEPT, 0, r.pool.num_free))
+        self.ph.s["accept"] = self.ph.s.get("accept", 0.0) + time.perf_counter() - t_accept
+        return rr
+
+    def reply(self, rr: _Accepted) -> None:
+        with self.ph("control"):
+            self.link.send_ints([v for rep in rr.replies for v in rep.row()])
+        rr.replied = True
+
+    def post(self, rr: _Accepted, go: list[int]) -> None:
+        """GO of ``rr`` arrived: post its receives (only now: on NCCL a posted receive
+        cannot be withdrawn if the sender is lost first).
+
+        Raises:
+            WireError: ``go`` is not GO of this round and its accepted images."""
+        if go[:4] != [MAGIC, KIND_PAYLOAD, rr.rnd, len(rr.incs)]:
+            raise WireError(
+                f"expected the PAYLOAD message of round {rr.rnd}, {len(rr.incs)} images, got"
+                f" {go[:CTRL_LEN]}"
+            )
+        r = self.r
         bufs = [
             b
-            for k, inc in enumerate(incs)
-            for b in r.buffers(inc, r.staging[k] if staged else None)
+            for k, inc in enumerate(rr.incs)
+            for b in r.buffers(inc, r.staging[rr.base + k] if self.staged else None)
         ]
-        try:
-            with ph("control"):
-                link.send_ints([v for rep in replies for v in rep.row()])
-                go = link.recv_ints(CTRL_LEN)
-            if go[0] != MAGIC or go[1] != KIND_PAYLOAD or go[3] != len(incs):
-                raise WireError(f"expected the PAYLOAD message of {len(incs)} images, got {go}")
-            with ph("exchange"):
-                link.exchange(bufs, sending=False)
-        except WireError as e:
-            peer_lost = str(e)
-            lost = _give_up_round(r, link, head[2], incs, e, outcome, local)
-            for slot, (index, what, key) in expect.items():
-                checks.append((index, what, key, r.check_slot(slot, key)))
-            break
-        try:
-            with ph("land"):
-                if staged:
-                    r.land_round(incs)
-                else:
-                    for inc in incs:
-                        r.land(inc, None)
-            for inc in incs:
-                released = inc.suspended is not None
-                with ph("adopt"):
-                    fresh = r.adopt(inc)
-                local["released"] += released
-                r.bytes_moved += inc.header.image_bytes
-                outcome.setdefault(inc.header.index, []).append("adopted" if fresh else "duplicate")
-                expect.pop(inc.slot, None)
-                if cfg.verify == "round":
-                    if not r.coord.begin_restore(inc.header.prefix_hash, inc.slot):
-                        raise TransferError(
-                            f"image {inc.header.index} was just adopted but is not READY"
-                        )
-                    what = "duplicate" if not fresh else "image"
-                    expect[inc.slot] = (inc.header.index, what, keys[inc.header.index])
-        except BaseException:
-            # The run fails, but no reservation or suspended restore of the round outlives
-            # it: every image not yet adopted is given up (released, local restore resumed).
-            for inc in incs:
-                if inc.state in ("reserved", "landed"):
-                    r.abort(inc)
-            raise
-        with ph("batch"):
+        with self.ph("exchange"):
+            rr.posted = self.link.post(bufs, sending=False)
+
+    def settle(self, rr: _Accepted) -> None:
+        """``rr``'s payload completed: land, adopt, run the batch, check the slots."""
+        r, cfg = self.r, self.cfg
+        with self.ph("land"):
+            if self.staged:
+                r.land_round(rr.incs, rr.base)
+            else:
+                for inc in rr.incs:
+                    r.land(inc, None)
+        for inc in rr.incs:
+            released = inc.suspended is not None
+            with self.ph("adopt"):
+                fresh = r.adopt(inc)
+            self.local["released"] += released
+            r.bytes_moved += inc.header.image_bytes
+            self.outcome.setdefault(inc.header.index, []).append(
+                "adopted" if fresh else "duplicate"
+            )
+            rr.expect.pop(inc.slot, None)
+            if cfg.verify == "round":
+                if not r.coord.begin_restore(inc.header.prefix_hash, inc.slot):
+                    raise TransferError(
+                        f"image {inc.header.index} was just adopted but is not READY"
+                    )
+                what = "duplicate" if not fresh else "image"
+                rr.expect[inc.slot] = (inc.header.index, what, self.keys[inc.header.index])
+        self.inflight.remove(rr)
+        with self.ph("batch"):
             r.run_batch()
         if r.tenant:
             r.release_tenant()
         if cfg.verify == "round":
-            for slot, (index, what, key) in expect.items():
-                checks.append((index, what, key, r.check_slot(slot, key)))
+            self._check(rr)
+
+    def _check(self, rr: _Accepted) -> None:
+        for slot, (index, what, key) in rr.expect.items():
+            self.checks.append((index, what, key, self.r.check_slot(slot, key)))
+
+    def give_up(self, err: WireError) -> None:
+        """The sender is lost with :attr:`inflight` rounds in flight: give them all up
+        (:func:`_give_up_rounds`) and check their slots."""
+        rounds, self.inflight = self.inflight, []
+        self.peer_lost = str(err)
+        if rounds:
+            self.lost = _give_up_rounds(self.r, self.link, rounds, err, self.outcome, self.local)
+        for rr in rounds:
+            self._check(rr)
+
+    def loop(self) -> None:
+        """The rounds, until END or a lost sender. ``pipeline=1``: ROUND, REPLIES, GO, the
+        payload, its wait, the landing and adoption, then the next ROUND. ``pipeline=2``:
+        GO of round k comes with ROUND of round k+1 (or END): round k's receives are posted,
+        round k+1 accepted and answered, and only then is round k's payload waited, landed
+        and adopted."""
+        link, cfg = self.link, self.cfg
+        try:
+            with self.ph("wait"):
+                msg = link.recv_ints(CTRL_LEN + HEADER_LEN * cfg.window)
+        except WireError as e:  # before the first round: nothing is reserved
+            self.peer_lost = str(e)
+            return
+        cur = self._open_or_fail(msg)
+        while cur is not None:
+            nxt: _Accepted | None = None
+            try:
+                if not cur.replied:
+                    self.reply(cur)
+                with self.ph("control"):
+                    go = link.recv_ints(_go_length(cfg))
+                self.post(cur, go)
+                if cfg.pipeline > 1:
+                    nxt = self.open(go[CTRL_LEN:])  # round k+1, with round k's payload in flight
+                    if nxt is not None:
+                        self.reply(nxt)
+                with self.ph("exchange"):
+                    link.wait(cur.posted)  # type: ignore[arg-type]
+            except WireError as e:
+                err = e
+                if not isinstance(e, PayloadLost) and cur.posted is not None:
+                    err = link.cancel(cur.posted, str(e)) or e  # aborted before any release
+                self.give_up(err)
+                return
+            except BaseException:
+                self._fail()
+                raise
+            try:
+                self.settle(cur)
+            except BaseException:
+                self._fail()
+                raise
+            if cfg.pipeline == 1:
+                try:
+                    with self.ph("wait"):
+                        msg = link.recv_ints(CTRL_LEN + HEADER_LEN * cfg.window)
+                except WireError as e:  # between rounds: nothing is reserved
+                    self.peer_lost = str(e)
+                    return
+                nxt = self._open_or_fail(msg)
+            cur = nxt
+
+    def _open_or_fail(self, msg: list[int]) -> _Accepted | None:
+        """:meth:`open`, and if it raises part-way, the images it accepted are given up."""
+        try:
+            return self.open(msg)
+        except BaseException:
+            self._fail()
+            raise
+
+    def _fail(self) -> None:
+        """The run fails (a step raised), but no reservation or suspended restore of a
+        round in flight outlives it (:func:`_fail_rounds`)."""
+        rounds, self.inflight = self.inflight, []
+        _fail_rounds(self.r, self.link, rounds)
+
+
+def _receiver_loop(r: Receiver, link: Link) -> dict[str, Any]:
+    cfg = r.cfg
+    _check_hello(r, link)
+    _warm_up(r, link, sending=False)
+    link.barrier()
+    run = _Run(r, link)
+    before = dict(link.messages)
+    t0 = time.perf_counter()
+    run.loop()
     r.synchronize()
     transfer_s = time.perf_counter() - t0
     t1 = time.perf_counter()
-    if cfg.verify == "end" and peer_lost is None:
+    outcome, checks, keys = run.outcome, run.checks, run.keys
+    if cfg.verify == "end" and run.peer_lost is None:
         done = [i for i, o in outcome.items() if o[0] == "adopted"]
         for k in range(0, len(done), cfg.slots):
             chunk = done[k : k + cfg.slots]
@@ -503,26 +554,30 @@ def _receiver_loop(r: Receiver, link: Link) -> dict[str, Any]:
         "refused": sum(o.startswith("refused") for o in flat),
         "aborted": flat.count("aborted"),
     }
+    lost = run.lost
     result: dict[str, Any] = {
         "outcome": {str(k): v for k, v in outcome.items()},
         **counts,
         "checked": [[i, w] for i, w, _, _ in checks],
         "mismatches": mismatches,
-        "refusal_changed_state": refusal_changed,
-        "peer_lost": peer_lost,
+        "refusal_changed_state": run.refusal_changed,
+        "peer_lost": run.peer_lost,
         "lost_payload": lost.get("payload"),
+        "given_up_rounds": lost.get("rounds", []),
         "quarantined": lost.get("quarantined", []),
         "late_writes": lost.get("late_writes"),
-        "local": local,
-        "rounds": rounds,
+        "local": run.local,
+        "rounds": run.rounds,
+        "pipeline": cfg.pipeline,
         "transfer_s": transfer_s,
-        "phases_s": ph.s,
+        "phases_s": run.ph.s,
         "verify_s": verify_s,
         "bytes_received": r.bytes_moved,
     }
-    if peer_lost is None:
+    if run.peer_lost is None:
         summary = [counts["adopted"], counts["duplicates"], counts["refused"], counts["aborted"]]
         link.send_ints(summary + [len(mismatches), len(checks), 0, 0])
-        if cfg.baseline:
-            result["baseline_s"] = _baseline(r, link, cfg.rounds(), sending=False)
+    result["control_messages"] = _counted(link, before, run.rounds)
+    if run.peer_lost is None and cfg.baseline:
+        result["baseline_s"] = _baseline(r, link, cfg.rounds(), sending=False)
     return result

@@ -122,12 +122,16 @@ class _Side:
         #: ``index_select`` / ``index_copy_`` per region (the fast path), not a view per piece.
         self.uniform = len(set(regions)) == 1 and sum(regions) == self.layout.page_unit_bytes
         padded = self.units_per_image * self.layout.page_unit_bytes if self.uniform else n
-        #: One staging tensor per image of a round (``staged`` payloads, and the baseline):
-        #: ``image_bytes`` on the wire (:meth:`wire`); on the fast path padded to whole units
-        #: (the padding of a receiver's staging is never written, so it stays zero and a
-        #: landed unit's tail past the image is zero, as a scrubbed unit's).
+        #: One staging tensor per image in flight (``staged`` payloads, and the baseline):
+        #: ``window * pipeline`` of them, round ``k`` owning the ``window`` that start at
+        #: :meth:`buffer_base` ``(k)`` (with ``pipeline=2`` round k+1 is gathered into its
+        #: half while round k's payload is in flight from the other). ``image_bytes`` on the
+        #: wire (:meth:`wire`); on the fast path padded to whole units (the padding of a
+        #: receiver's staging is never written, so it stays zero and a landed unit's tail
+        #: past the image is zero, as a scrubbed unit's).
         self.staging = [
-            torch.zeros(padded, dtype=torch.uint8, device=self.device) for _ in range(cfg.window)
+            torch.zeros(padded, dtype=torch.uint8, device=self.device)
+            for _ in range(cfg.window * cfg.pipeline)
         ]
         #: The copy engine over the round's staging rows (``copy_engine`` ``"triton"`` or
         #: ``"torch"``, or ``"auto"`` on CUDA with Triton), or None (the per-image index path).
@@ -166,16 +170,34 @@ class _Side:
         """(Re)build the copy engine's staging rows (fresh tensors: rows a late receive may
         still write are dropped, never reused) and point :attr:`staging` at them."""
         staging_mod = _module("pagedstate.impl.transfer.staging")
+        n = self.cfg.window * self.cfg.pipeline
         self.rows = staging_mod.StagingRows(
             self.layout,
             self.tensors.kv_tensors,
-            self.cfg.window,
+            n,
             self._units,
             self.device,
             engine or self.copy_engine,
         )
         self.copy_engine = self.rows.engine
-        self.staging = [self.rows.rows[k] for k in range(self.cfg.window)]
+        self.staging = [self.rows.rows[k] for k in range(n)]
+
+    def buffer_base(self, rnd: int) -> int:
+        """The first staging buffer and destination slot of round ``rnd``: round ``rnd``
+        owns ``window`` of each from there (``(rnd % pipeline) * window``), so the rounds in
+        flight never share one."""
+        return (rnd % self.cfg.pipeline) * self.cfg.window
+
+    def _round_buffers(self, n: int, base: int) -> None:
+        """Check that a round of ``n`` images from staging buffer ``base`` fits.
+
+        Raises:
+            InvalidArgumentError: ``base`` not an int >= 0, or past the staging buffers."""
+        if type(base) is not int or base < 0 or base + n > len(self.staging):
+            raise InvalidArgumentError(
+                f"a round of {n} images from staging buffer {base!r}; there are"
+                f" {len(self.staging)} staging buffers"
+            )
 
     def _on_transition(self, machine: str, row: Any, subject: object) -> None:
         if machine not in ("offload", "lease", "transfer"):

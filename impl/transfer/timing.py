@@ -64,3 +64,17 @@ def _baseline(side: _Side, link: Link, rounds: list[list[tuple[int, int]]], send
     elapsed = time.perf_counter() - t0
     link.barrier()
     return elapsed
+
+
+def _counted(link: Link, before: dict[str, int], rounds: int) -> dict[str, Any]:
+    """The control messages of the timed loop (from its first ROUND to END and SUMMARY):
+    ``sent``, ``received``, ``rounds`` and ``per_round`` (both directions, END and SUMMARY
+    included: ``pipeline=1`` 3 + 2/rounds, ``pipeline=2`` 2 + 2/rounds)."""
+    sent = link.messages["sent"] - before["sent"]
+    received = link.messages["received"] - before["received"]
+    return {
+        "sent": sent,
+        "received": received,
+        "rounds": rounds,
+        "per_round": (sent + received) / rounds if rounds else 0.0,
+    }

@@ -21,7 +21,9 @@ if TYPE_CHECKING:
     from .side import Outgoing, _Side
 
 MAGIC = 0x5053_5846  # "PSXF"
-VERSION = 1
+#: 2: the HELLO is followed by its tail (:func:`_hello_tail`: ``pipeline``, ``window``), and
+#: with ``pipeline=2`` a round's GO travels with the next ROUND (or END) in one message.
+VERSION = 2
 KIND_ROUND = 2
 KIND_END = 3
 #: "The payload of this round follows": the receiver posts its receives only after it (on
@@ -49,6 +51,8 @@ REASONS = {
     4: "units",
     5: "payload",
     6: "bad_header",
+    7: "pipeline",
+    8: "window",
 }
 _REASON = {name: code for code, name in REASONS.items()}
 
@@ -137,6 +141,36 @@ class _DeadlinePassed(Exception):
     """The data deadline passed with transfers still pending (internal to :class:`Link`)."""
 
 
+@attrs.define(eq=False)
+class Posted:
+    """A payload posted on the data group and not waited yet (:meth:`Link.post`): what a
+    round in flight owns on the wire. Its buffers (``tensors``) must be neither reused nor,
+    for a receive into reserved units, released before :meth:`Link.wait` returned or
+    :meth:`Link.cancel` aborted the data group.
+
+    Attributes:
+        tensors: the buffers, in posting order.
+        sending: True for sends.
+        works: the posted works (nccl: one grouped work; gloo: one per tensor).
+        finished: per work, whether it is known complete.
+        deadline: the monotonic time by which it must complete (``data_timeout_s`` after it
+            was posted; inf: none).
+        state: ``"posted"``, ``"done"`` (waited: every transfer completed) or ``"lost"``
+            (failed or cancelled: the data group was aborted, or could not be).
+    """
+
+    tensors: list[Any]
+    sending: bool
+    works: list[Any]
+    finished: list[bool]
+    deadline: float
+    state: str = "posted"
+
+    @property
+    def what(self) -> str:
+        return "image send" if self.sending else "image receive"
+
+
 #: Backends whose p2p works report completion by themselves (``Work.is_completed()``, polled).
 #: A gloo send/recv work completes only inside its ``wait()`` (torch 2.13: ``is_completed()``
 #: stays False until then, ``get_future()`` is not implemented), so on gloo each work is
@@ -157,13 +191,17 @@ class Link:
     control group too: an abort would end the control messages; on nccl the default group
     is never aborted).
 
-    A payload (:meth:`exchange`) must complete within ``data_timeout_s`` seconds of being
-    posted (None: no deadline of the driver's own, only the group's timeout); when it does
-    not, or a transfer fails, the data group is aborted before :class:`PayloadLost` is
-    raised (:meth:`abort_data`). ``on_event`` (settable; None: not called) receives one row
+    A payload is posted (:meth:`post`) and later waited (:meth:`wait`; :meth:`exchange` is
+    both at once). It must complete within ``data_timeout_s`` seconds of being posted
+    (None: no deadline of the driver's own, only the group's timeout), however late it is
+    waited; when it does not, or a transfer fails, the data group is aborted before
+    :class:`PayloadLost` is raised (:meth:`abort_data`). A payload given up without a wait
+    (the run failed elsewhere while it was in flight) is aborted the same way
+    (:meth:`cancel`). ``on_event`` (settable; None: not called) receives one row
     ``["data", "payload", "abort" or "not aborted", how]`` per abort, in the order of the
     side's own rows. ``held``: the works and buffers of payloads that could not be aborted
-    (kept alive to the end of the process: a receive may still write them).
+    (kept alive to the end of the process: a receive may still write them). ``messages``:
+    control messages sent and received (``{"sent": n, "received": m}``).
 
     Every failure of the underlying call raises :class:`WireError` from it.
     """
@@ -190,6 +228,7 @@ class Link:
         self.data_aborted = False
         self.on_event: Callable[[list[Any]], None] | None = None
         self.held: list[tuple[list[Any], list[Any]]] = []
+        self.messages = {"sent": 0, "received": 0}
         self.torch = _module("torch")
 
     @contextlib.contextmanager
@@ -207,6 +246,7 @@ class Link:
         t = self.torch.tensor(list(values), dtype=self.torch.int64)
         with self._wire("control send"):
             self.dist.send(t, self.peer, group=self.ctrl_group)
+        self.messages["sent"] += 1
 
     def recv_ints(self, n: int) -> list[int]:
         """Receive an int64 control message of ``n`` values.
@@ -216,55 +256,85 @@ class Link:
         t = self.torch.empty(n, dtype=self.torch.int64)
         with self._wire("control receive"):
             self.dist.recv(t, self.peer, group=self.ctrl_group)
+        self.messages["received"] += 1
         return [int(v) for v in t.tolist()]
 
     def send_bytes(self, t: Any) -> None:
         """Send a uint8 control payload (the layout id)."""
         with self._wire("control send"):
             self.dist.send(t, self.peer, group=self.ctrl_group)
+        self.messages["sent"] += 1
 
     def recv_bytes(self, t: Any) -> None:
         """Receive a uint8 control payload into ``t``."""
         with self._wire("control receive"):
             self.dist.recv(t, self.peer, group=self.ctrl_group)
+        self.messages["received"] += 1
 
     def exchange(self, tensors: Sequence[Any], sending: bool) -> None:
-        """Send (or receive into) ``tensors`` on the data group, in order, and wait until
-        every transfer completed (on CUDA: an event recorded behind them is synchronized
-        too), so the caller may report it done.
+        """:meth:`post` then :meth:`wait`: send (or receive into) ``tensors`` on the data
+        group and return once every transfer completed.
 
-        The wait is bounded: ``data_timeout_s`` seconds from the moment the transfers are
-        posted. On nccl the payload is one grouped p2p batch (``batch_isend_irecv``) whose
-        work is polled (``is_completed()``, pauses of 20 us doubling to 100 us), never a
-        blocking wait; on gloo one ``isend``/``irecv`` per tensor, each waited with the time
-        left as its timeout (a gloo p2p work completes only inside its ``wait``). When a
-        transfer fails or the deadline passes, the data group is aborted
-        (:meth:`abort_data`) and only then is the error raised.
+        Raises:
+            PayloadLost: a transfer failed or the deadline passed (the data group was
+                aborted first, or could not be: ``aborted``).
+            WireError: the data group was aborted by an earlier payload."""
+        self.wait(self.post(tensors, sending))
+
+    def post(self, tensors: Sequence[Any], sending: bool) -> Posted:
+        """Post sends (or receives into) ``tensors`` on the data group, in order, and return
+        at once: the transfers run while the caller does other work (on gloo they move in
+        gloo's own threads but complete only inside :meth:`wait`). The deadline starts now.
+        On nccl the payload is one grouped p2p batch (``batch_isend_irecv``), on gloo one
+        ``isend``/``irecv`` per tensor. No tensors: a payload already done.
+
+        Raises:
+            PayloadLost: posting failed (the data group was aborted first, or could not be).
+            WireError: the data group was aborted by an earlier payload; nothing posted."""
+        posted = Posted(list(tensors), sending, [], [], self._deadline())
+        if not tensors:
+            posted.state = "done"
+            return posted
+        if self.data_aborted:
+            raise WireError(f"{posted.what}: the data group was aborted by an earlier payload")
+        dist = self.dist
+        fn = dist.isend if sending else dist.irecv
+        try:
+            if self.data_backend in _POLLED:
+                ops = [dist.P2POp(fn, t, self.peer, self.data_group) for t in tensors]
+                posted.works = list(dist.batch_isend_irecv(ops))
+                posted.finished = [False] * len(posted.works)
+            else:
+                for t in tensors:
+                    posted.works.append(fn(t, self.peer, group=self.data_group))
+                    posted.finished.append(False)
+        except (RuntimeError, OSError) as e:
+            raise self._lost(posted, str(e)) from e
+        return posted
+
+    def wait(self, posted: Posted) -> None:
+        """Wait until every transfer of ``posted`` completed (on CUDA: an event recorded
+        behind them is synchronized too), so the caller may report it done; bounded by its
+        deadline, counted from :meth:`post`. On nccl its work is polled (``is_completed()``,
+        pauses of 20 us doubling to 100 us), never a blocking wait; on gloo each work is
+        waited with the time left as its timeout (a gloo p2p work completes only inside its
+        ``wait``; once the deadline has passed, 1 ms). When a transfer fails or the deadline
+        passes, the data group is aborted (:meth:`abort_data`) and only then is the error
+        raised. A payload already waited returns at once.
 
         Raises:
             PayloadLost: a transfer failed or the deadline passed; its ``aborted`` says
                 whether nothing can land any more, ``done`` how many transfers completed.
-            WireError: the data group was aborted by an earlier payload."""
-        if not tensors:
+            WireError: ``posted`` was already lost or cancelled."""
+        if posted.state == "done":
             return
-        what = "image send" if sending else "image receive"
-        if self.data_aborted:
-            raise WireError(f"{what}: the data group was aborted by an earlier payload")
-        dist = self.dist
-        fn = dist.isend if sending else dist.irecv
-        works: list[Any] = []
-        finished: list[bool] = []
+        if posted.state != "posted":
+            raise WireError(f"{posted.what}: the payload was already {posted.state}")
         try:
             if self.data_backend in _POLLED:
-                ops = [dist.P2POp(fn, t, self.peer, self.data_group) for t in tensors]
-                works = list(dist.batch_isend_irecv(ops))
-                finished = [False] * len(works)
-                self._poll(works, finished, self._deadline())
+                self._poll(posted.works, posted.finished, posted.deadline)
             else:
-                for t in tensors:
-                    works.append(fn(t, self.peer, group=self.data_group))
-                    finished.append(False)
-                self._wait_each(works, finished, self._deadline())
+                self._wait_each(posted.works, posted.finished, posted.deadline)
             if self.device.type == "cuda":
                 ev = self.torch.cuda.Event()
                 ev.record()
@@ -274,18 +344,40 @@ class Link:
                 cause = f"not completed within the data deadline ({self.data_timeout_s:g} s)"
             else:
                 cause = str(e)
-            aborted, how = self.abort_data(works, finished)
-            if not aborted:
-                self.held.append((works, list(tensors)))
-            done = sum(finished)
-            raise PayloadLost(
-                f"{what} (rank {self.rank} <-> rank {self.peer}) failed after {done} of"
-                f" {len(works)} transfers: {cause}; {how}",
-                done=done,
-                works=len(works),
-                aborted=aborted,
-                how=how,
-            ) from e
+            raise self._lost(posted, cause) from e
+        posted.state = "done"
+
+    def cancel(self, posted: Posted, cause: str) -> PayloadLost | None:
+        """Give ``posted`` up without waiting for it (the run failed elsewhere while it was
+        in flight): the data group is aborted (:meth:`abort_data`: nothing of it can land
+        any more, or, when it cannot be aborted, its buffers are kept in :attr:`held`).
+        Returns the :class:`PayloadLost` that says so (not raised), or None when the payload
+        had already been waited (nothing in flight). Never raises."""
+        if posted.state == "done":
+            return None
+        if posted.state == "lost":  # its wait raised already: the same verdict again
+            kept = any(works is posted.works for works, _ in self.held)
+            return PayloadLost(
+                f"{posted.what}: already lost", works=len(posted.works), aborted=not kept
+            )
+        return self._lost(posted, f"given up before its wait ({cause})")
+
+    def _lost(self, posted: Posted, cause: str) -> PayloadLost:
+        """Abort the data group for ``posted`` (keep its buffers when it cannot be), mark it
+        lost and return the :class:`PayloadLost` to raise."""
+        aborted, how = self.abort_data(posted.works, posted.finished)
+        if not aborted:
+            self.held.append((posted.works, posted.tensors))
+        posted.state = "lost"
+        done = sum(posted.finished)
+        return PayloadLost(
+            f"{posted.what} (rank {self.rank} <-> rank {self.peer}) failed after {done} of"
+            f" {len(posted.works)} transfers: {cause}; {how}",
+            done=done,
+            works=len(posted.works),
+            aborted=aborted,
+            how=how,
+        )
 
     def _deadline(self) -> float:
         """The monotonic time a payload posted now must complete by (inf: none)."""
@@ -430,6 +522,25 @@ def _round_message(cfg: TransferConfig, head: list[int], outs: Sequence[Outgoing
     fewer than a head and a header list of its own)."""
     rows = [v for o in outs for v in o.header.row()]
     return head + rows + [0] * (HEADER_LEN * cfg.window - len(rows))
+
+
+def _go_message(rnd: int, accepted: int) -> list[int]:
+    """GO of round ``rnd`` (``accepted`` images): the receiver posts its receives only
+    after it. With ``pipeline=2`` the next ROUND (or END) follows in the same message."""
+    return [MAGIC, KIND_PAYLOAD, rnd, accepted, 0, 0, 0, 0]
+
+
+def _go_length(cfg: TransferConfig) -> int:
+    """The GO message's length: ``CTRL_LEN``, and with ``pipeline=2`` a whole ROUND (or END)
+    message after it (:func:`_round_message`)."""
+    return CTRL_LEN + (CTRL_LEN + HEADER_LEN * cfg.window if cfg.pipeline > 1 else 0)
+
+
+def _hello_tail(cfg: TransferConfig) -> list[int]:
+    """The HELLO's second int64 message (VERSION 2), after the ``layout_id``: the run's
+    shape both ranks must agree on, ``[pipeline, window, 0, 0, 0, 0, 0, 0]`` (the merged GO
+    and ROUND messages have a length fixed by both)."""
+    return [cfg.pipeline, cfg.window, 0, 0, 0, 0, 0, 0]
 
 
 def _hello(side: _Side) -> list[int]:

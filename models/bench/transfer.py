@@ -2,8 +2,9 @@
 prefill/decode transfer (:mod:`pagedstate.impl.transfer`) against a plain
 send/recv of the same bytes measured in the same run.
 
-Each configuration (page size x payload mode) is one two-rank run that this command spawns
-itself (``spawn_transfer``: two child processes, rank 0 the sender, rank 1 the receiver):
+Each configuration (page size x payload mode x window x pipeline) is one two-rank run that
+this command spawns itself (``spawn_transfer``: two child processes, rank 0 the sender,
+rank 1 the receiver):
 
 1. the sender stores every image through its own store (untimed: ``prefill_s``);
 2. one round of plain transfers warms the link (NCCL builds its communicator on the first
@@ -11,11 +12,14 @@ itself (``spawn_transfer``: two child processes, rank 0 the sender, rank 1 the r
 3. **protocol** (timed, from a barrier to the receiver's last adoption with its device
    synchronized): every image goes through the whole protocol of SPEC D.12 in rounds of
    ``window`` images (lease, header, reply, reserve, suspend the local restore, payload,
-   land, adopt, release the suspended restore, release and settle the lease);
+   land, adopt, release the suspended restore, release and settle the lease), with
+   ``--pipeline`` rounds in flight (2: round k+1's lease, control exchange and gather
+   overlap round k's payload);
 4. every adopted image is restored into a slot and compared bit for bit with the image
    regenerated from the seed (untimed: ``verify_s``; ``mismatches`` must be 0);
 5. **plain** (timed the same way): the same tensor sizes, grouped per round the same way,
-   with ``isend``/``irecv`` alone: no control messages, leases, reservations or copies.
+   with ``isend``/``irecv`` alone: no control messages, leases, reservations or copies
+   (one round after the other, whatever ``--pipeline``).
 
 ``GB/s`` is ``images * image_bytes / seconds`` (10^9 bytes); ``ratio`` is protocol GB/s over
 plain GB/s. The Markdown table goes between ``<!-- bench-transfer:<name>:begin -->`` and
@@ -51,6 +55,7 @@ __all__ = ["bench_rows", "main", "render", "write_section"]
 #: ``pagedstate.models`` imports no ``pagedstate.impl`` statically.
 _driver: Any = importlib.import_module("pagedstate.impl.transfer")
 PAYLOADS: tuple[str, ...] = _driver.PAYLOADS
+PIPELINES: tuple[int, ...] = _driver.PIPELINES
 TransferConfig: Any = _driver.TransferConfig
 image_units: Any = _driver.image_units
 spawn_transfer: Any = _driver.spawn_transfer
@@ -66,6 +71,13 @@ def _ints(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated ints, got {text!r}") from None
     if not vals or any(v < 1 for v in vals):
         raise argparse.ArgumentTypeError(f"expected ints >= 1, got {text!r}")
+    return vals
+
+
+def _pipelines(text: str) -> list[int]:
+    vals = _ints(text)
+    if any(v not in PIPELINES for v in vals):
+        raise argparse.ArgumentTypeError(f"pipelines are {PIPELINES}, got {text!r}")
     return vals
 
 
@@ -89,9 +101,12 @@ def bench_rows(
     timeout_s: float,
     seed: int = 0,
     log: Any = None,
+    pipeline: int | Sequence[int] = 1,
 ) -> list[dict[str, Any]]:
-    """One two-rank run per ``(block_tokens, payload)``; a row per run (see the module doc
-    for the fields' meaning). A failed run gives a row with ``ok`` False and ``error``.
+    """One two-rank run per ``(block_tokens, payload, window, pipeline)``; a row per run
+    (see the module doc for the fields' meaning). A failed run gives a row with ``ok``
+    False and ``error``. Each run has ``window * pipeline`` slots (a slot per image in
+    flight).
 
     Raises:
         InvalidArgumentError: a configuration is out of range (``TransferConfig``).
@@ -101,11 +116,17 @@ def bench_rows(
     windows = [window] if isinstance(window, int) else list(window)
     if not windows:
         raise InvalidArgumentError("window must name at least one window, got none")
+    pipes = [pipeline] if isinstance(pipeline, int) else list(pipeline)
+    if not pipes:
+        raise InvalidArgumentError("pipeline must name at least one value, got none")
     cfgs = []  # every configuration is checked before the first run
-    for bt, payload, window in ((b, p, w) for b in block_tokens for p in payloads for w in windows):
+    combos = [(b, p, w, q) for b in block_tokens for p in payloads for w in windows for q in pipes]
+    for bt, payload, window, pipe in combos:
         for name, v in (("images", images), ("window", window)):
             if type(v) is not int or v < 1:
                 raise InvalidArgumentError(f"{name} must be an int >= 1, got {v!r}")
+        if type(pipe) is not int or pipe not in PIPELINES:
+            raise InvalidArgumentError(f"pipeline must be an int in {PIPELINES}, got {pipe!r}")
         u = image_units(model, slice_, bt)
         cfgs.append(
             TransferConfig(
@@ -114,12 +135,13 @@ def bench_rows(
                 slice=slice_,
                 images=images,
                 window=window,
-                slots=window,
+                pipeline=pipe,
+                slots=window * pipe,
                 backend=backend,
                 device=device,
                 payload=payload,
                 units=images * u,
-                receiver_units=(images + 1 + window) * u,
+                receiver_units=(images + 1 + window * pipe) * u,
                 verify="end",
                 baseline=True,
                 timeout_s=timeout_s,
@@ -150,6 +172,7 @@ def _row(cfg: Any, res: list[dict[str, Any]], wall: float) -> dict[str, Any]:
         "payload": cfg.payload,
         "images": cfg.images,
         "window": cfg.window,
+        "pipeline": cfg.pipeline,
         "image_bytes": image_bytes,
         "units_per_image": lay.get("units_per_checkpoint"),
         "pieces_per_image": rcv.get("pieces_per_image"),
@@ -189,6 +212,8 @@ def _row(cfg: Any, res: list[dict[str, Any]], wall: float) -> dict[str, Any]:
         receiver_phases_s=rcv.get("phases_s", {}),
         leases_left=snd["accounting"]["offload_pins"],
         reservations_left=rcv["accounting"]["transfers"],
+        control_messages=snd.get("control_messages"),
+        control_per_round=(snd.get("control_messages") or {}).get("per_round"),
     )
     return row
 
@@ -201,33 +226,37 @@ def render(rows: Sequence[dict[str, Any]], meta: dict[str, str]) -> str:
     )
     lines = [head, ""]
     lines.append(
-        "| model | page tokens | payload | window | images | image | units (pieces) | protocol s |"
-        " images/s | GB/s | plain GB/s | ratio | checked (mismatches) |"
+        "| model | page tokens | payload | window | pipeline | images | image | units (pieces) |"
+        " protocol s | images/s | GB/s | plain GB/s | ratio | control msgs / round |"
+        " checked (mismatches) |"
     )
-    lines.append("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    lines.append("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         b = r["image_bytes"]
         size = f"{b / 2**20:.2f} MiB" if b >= 2**20 else f"{b / 2**10:.1f} KiB"
         units = f"{r.get('units_per_image')} ({r.get('pieces_per_image')})"
+        shape = f"| {r['model']} | {r['block_tokens']} | {r['payload']} | {r['window']} |"
+        shape += f" {r.get('pipeline', 1)} | {r['images']} | {size} | {units} |"
         if not r.get("protocol_s"):
-            lines.append(
-                f"| {r['model']} | {r['block_tokens']} | {r['payload']} | {r['window']} |"
-                f" {r['images']} | {size} | {units} | failed: {r.get('error', '?')[:200]} |"
-                " | | | | |"
-            )
+            lines.append(f"{shape} failed: {r.get('error', '?')[:200]} | | | | | | |")
             continue
+        per_round = r.get("control_per_round")
+        ctrl = "" if per_round is None else f"{per_round:.2f}"
         lines.append(
-            f"| {r['model']} | {r['block_tokens']} | {r['payload']} | {r['window']} |"
-            f" {r['images']} | {size} | {units} | {r['protocol_s']:.4f} |"
+            f"{shape} {r['protocol_s']:.4f} |"
             f" {r['images_per_s']:,.1f} | {r['gbps']:.2f} |"
-            f" {r['plain_gbps']:.2f} | {r['ratio']:.2f} | {r['checked']} ({r['mismatches']}) |"
+            f" {r['plain_gbps']:.2f} | {r['ratio']:.2f} | {ctrl} |"
+            f" {r['checked']} ({r['mismatches']}) |"
         )
     lines.append("")
     lines.append(
         "protocol s: receiver's seconds from a barrier to its last adoption (device"
         " synchronized); plain: the same tensor sizes by isend/irecv alone, grouped per round"
-        " the same way, in the same run. ratio = protocol GB/s / plain GB/s. Every adopted"
-        " image was then restored and compared bit for bit (checked, mismatches)."
+        " the same way, in the same run. ratio = protocol GB/s / plain GB/s. pipeline: rounds"
+        " in flight (1: one after the other; 2: round k+1's control exchange and gather"
+        " overlap round k's payload). control msgs / round: the timed loop's control messages"
+        " (both directions, END and SUMMARY included) per round. Every adopted image was then"
+        " restored and compared bit for bit (checked, mismatches)."
     )
     timed = [r for r in rows if r.get("protocol_s") and r.get("sender_phases_s")]
     if timed:
@@ -248,19 +277,18 @@ def render(rows: Sequence[dict[str, Any]], meta: dict[str, str]) -> str:
             ("receiver", "adopt"),
         ]
         lines.append(
-            "| page tokens | payload | window | "
+            "| page tokens | payload | window | pipeline | "
             + " | ".join(f"{side} {ph}" for side, ph in cols)
             + " |"
         )
-        lines.append("|---:|---|---:|" + "---:|" * len(cols))
+        lines.append("|---:|---|---:|---:|" + "---:|" * len(cols))
         for r in timed:
             cells = [
                 f"{1e3 * r[side + '_phases_s'].get(ph, 0.0) / r['images']:.3f}" for side, ph in cols
             ]
             lines.append(
-                f"| {r['block_tokens']} | {r['payload']} | {r['window']} | "
-                + " | ".join(cells)
-                + " |"
+                f"| {r['block_tokens']} | {r['payload']} | {r['window']} |"
+                f" {r.get('pipeline', 1)} | " + " | ".join(cells) + " |"
             )
     return "\n".join(lines) + "\n"
 
@@ -313,6 +341,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--payload", type=_payloads, default=list(PAYLOADS), help="staged,regions")
     ap.add_argument("--images", type=int, default=None)
     ap.add_argument("--window", type=_ints, default=None, help="images per round, e.g. 8,32")
+    ap.add_argument(
+        "--pipeline", type=_pipelines, default=[1], help="rounds in flight, 1, 2 or 1,2"
+    )
     ap.add_argument("--timeout", type=float, default=120.0, help="process group timeout, s")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None, help="Markdown file to update")
@@ -337,6 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             timeout_s=args.timeout,
             seed=args.seed,
             log=sys.stdout,
+            pipeline=args.pipeline,
         )
     except (InvalidArgumentError, _driver.TorchMissingError) as e:  # before any run
         print(f"bench_transfer: {e}", file=sys.stderr)
