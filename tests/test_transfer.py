@@ -267,6 +267,8 @@ def test_config_json_and_the_rank_cli_refuse_bad_input(tmp_path: Any) -> None:
         (["--block-tokens", "0"], "--block-tokens"),
         (["--pipeline", "3"], "--pipeline"),
         (["--pipeline", "1,0"], "--pipeline"),
+        (["--copy-engine", "cuda"], "--copy-engine"),
+        (["--copy-engine", ","], "--copy-engine"),
     ],
 )
 def test_the_benchmark_cli_refuses_bad_input_before_any_run(
@@ -300,6 +302,12 @@ def test_bench_rows_checks_every_configuration_before_the_first_run(monkeypatch:
             backend="gloo", model="Qwen3-Next", slice_=(1, 2, 32), block_tokens=[128],
             payloads=["staged"], images=2, window=1, timeout_s=10.0, pipeline=[1, 3],
         )  # fmt: skip
+    for bad in ([], ["index", "cuda"], "cuda"):
+        with pytest.raises(InvalidArgumentError, match="copy_engine must name"):
+            B.bench_rows(
+                backend="gloo", model="Qwen3-Next", slice_=(1, 2, 32), block_tokens=[128],
+                payloads=["staged"], images=2, window=1, timeout_s=10.0, copy_engine=bad,
+            )  # fmt: skip
 
 
 def test_bench_rows_runs_a_row_per_pipeline_with_a_slot_per_image_in_flight(
@@ -1750,7 +1758,8 @@ def test_the_benchmark_writes_its_own_section(tmp_path: Any) -> None:
     from pagedstate.models.bench import transfer as B
 
     row = {
-        "model": "m", "block_tokens": 512, "payload": "staged", "window": 2, "pipeline": 2,
+        "model": "m", "block_tokens": 512, "payload": "staged", "copy_engine": "triton",
+        "window": 2, "pipeline": 2,
         "images": 8, "image_bytes": 3 << 20, "units_per_image": 4, "pieces_per_image": 38,
         "protocol_s": 0.5, "images_per_s": 16.0, "gbps": 0.05, "plain_gbps": 0.1,
         "ratio": 0.5, "control_per_round": 2.5, "checked": 8, "mismatches": 0,
@@ -1768,12 +1777,14 @@ def test_the_benchmark_writes_its_own_section(tmp_path: Any) -> None:
     }  # noqa: E501
     body = B.render([row, failed], meta)
     assert (
-        "| m | 512 | staged | 2 | 2 | 8 | 3.00 MiB | 4 (38) | 0.5000 | 16.0 | 0.05 | 0.10 |"
-        " 0.50 | 2.50 | 8 (0) |" in body
+        "| m | 512 | staged | triton | 2 | 2 | 8 | 3.00 MiB | 4 (38) | 0.5000 | 16.0 | 0.05 |"
+        " 0.10 | 0.50 | 2.50 | 8 (0) |" in body
     )
     # ms per image per phase: gather 4 ms / 8 images, control 1.0, then 0 for the missing
-    assert "| 512 | staged | 2 | 2 | 0.500 | 1.000 | 0.000 | 0.000 | 0.000 | 0.250 |" in body
-    assert "| m | 512 | staged | 2 | 2 | 8 | 3.00 MiB | 4 (38) | failed: rank 0: boom |" in body
+    phases = "| 512 | staged | triton | 2 | 2 | 0.500 | 1.000 | 0.000 | 0.000 | 0.000 | 0.250 |"
+    assert phases in body
+    failed_row = "| m | 512 | staged | triton | 2 | 2 | 8 | 3.00 MiB | 4 (38) | failed: rank 0"
+    assert failed_row in body
     assert "failed: rank 0: boom" in body
     doc = tmp_path / "t.md"
     doc.write_text(

@@ -37,7 +37,10 @@ cp docs/transfer.md "$out/transfer.md"
 if [ $# -gt 0 ]; then
     args=("$@")
 else
-    args=(--images 512 --window 8,32 --block-tokens 512,128 --payload staged,regions)
+    # issue 21: 16-, 128- and 512-token pages, windows 8 and 32, the index path against the
+    # copy engine, rounds one at a time against pipelined (regions: docs/transfer.md has it)
+    args=(--images 256 --window 8,32 --block-tokens 16,128,512 --payload staged
+          --pipeline 1,2 --copy-engine index,triton)
 fi
 SECONDS=0
 python3 -m pagedstate.models.bench.transfer --backend nccl "${args[@]}" \

@@ -56,6 +56,7 @@ __all__ = ["bench_rows", "main", "render", "write_section"]
 _driver: Any = importlib.import_module("pagedstate.impl.transfer")
 PAYLOADS: tuple[str, ...] = _driver.PAYLOADS
 PIPELINES: tuple[int, ...] = _driver.PIPELINES
+COPY_ENGINES: tuple[str, ...] = _driver.COPY_ENGINES
 TransferConfig: Any = _driver.TransferConfig
 image_units: Any = _driver.image_units
 spawn_transfer: Any = _driver.spawn_transfer
@@ -81,6 +82,14 @@ def _pipelines(text: str) -> list[int]:
     return vals
 
 
+def _engines(text: str) -> list[str]:
+    vals = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [v for v in vals if v not in COPY_ENGINES]
+    if not vals or bad:
+        raise argparse.ArgumentTypeError(f"copy engines are {COPY_ENGINES}, got {text!r}")
+    return vals
+
+
 def _payloads(text: str) -> list[str]:
     vals = [v.strip() for v in text.split(",") if v.strip()]
     bad = [v for v in vals if v not in PAYLOADS]
@@ -102,8 +111,11 @@ def bench_rows(
     seed: int = 0,
     log: Any = None,
     pipeline: int | Sequence[int] = 1,
+    copy_engine: str | Sequence[str] = "auto",
 ) -> list[dict[str, Any]]:
-    """One two-rank run per ``(block_tokens, payload, window, pipeline)``; a row per run
+    """One two-rank run per ``(block_tokens, payload, window, pipeline, copy_engine)`` (the
+    copy engine of a staged payload: ``TransferConfig.copy_engine``; the regions payload
+    runs once, with ``"auto"``); a row per run
     (see the module doc for the fields' meaning). A failed run gives a row with ``ok``
     False and ``error``. Each run has ``window * pipeline`` slots (a slot per image in
     flight).
@@ -119,9 +131,21 @@ def bench_rows(
     pipes = [pipeline] if isinstance(pipeline, int) else list(pipeline)
     if not pipes:
         raise InvalidArgumentError("pipeline must name at least one value, got none")
+    engines = [copy_engine] if isinstance(copy_engine, str) else list(copy_engine)
+    if not engines or any(e not in COPY_ENGINES for e in engines):
+        raise InvalidArgumentError(
+            f"copy_engine must name at least one of {COPY_ENGINES}, got {copy_engine!r}"
+        )
     cfgs = []  # every configuration is checked before the first run
-    combos = [(b, p, w, q) for b in block_tokens for p in payloads for w in windows for q in pipes]
-    for bt, payload, window, pipe in combos:
+    combos = [
+        (b, p, w, q, e)
+        for b in block_tokens
+        for p in payloads
+        for w in windows
+        for q in pipes
+        for e in (engines if p == "staged" else ["auto"])
+    ]
+    for bt, payload, window, pipe, engine in combos:
         for name, v in (("images", images), ("window", window)):
             if type(v) is not int or v < 1:
                 raise InvalidArgumentError(f"{name} must be an int >= 1, got {v!r}")
@@ -140,6 +164,7 @@ def bench_rows(
                 backend=backend,
                 device=device,
                 payload=payload,
+                copy_engine=engine,
                 units=images * u,
                 receiver_units=(images + 1 + window * pipe) * u,
                 verify="end",
@@ -173,6 +198,7 @@ def _row(cfg: Any, res: list[dict[str, Any]], wall: float) -> dict[str, Any]:
         "images": cfg.images,
         "window": cfg.window,
         "pipeline": cfg.pipeline,
+        "copy_engine": rcv.get("copy_engine") or snd.get("copy_engine") or cfg.copy_engine,
         "image_bytes": image_bytes,
         "units_per_image": lay.get("units_per_checkpoint"),
         "pieces_per_image": rcv.get("pieces_per_image"),
@@ -226,16 +252,18 @@ def render(rows: Sequence[dict[str, Any]], meta: dict[str, str]) -> str:
     )
     lines = [head, ""]
     lines.append(
-        "| model | page tokens | payload | window | pipeline | images | image | units (pieces) |"
+        "| model | page tokens | payload | copy engine | window | pipeline | images | image |"
+        " units (pieces) |"
         " protocol s | images/s | GB/s | plain GB/s | ratio | control msgs / round |"
         " checked (mismatches) |"
     )
-    lines.append("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    lines.append("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         b = r["image_bytes"]
         size = f"{b / 2**20:.2f} MiB" if b >= 2**20 else f"{b / 2**10:.1f} KiB"
         units = f"{r.get('units_per_image')} ({r.get('pieces_per_image')})"
-        shape = f"| {r['model']} | {r['block_tokens']} | {r['payload']} | {r['window']} |"
+        shape = f"| {r['model']} | {r['block_tokens']} | {r['payload']} |"
+        shape += f" {r.get('copy_engine', '-')} | {r['window']} |"
         shape += f" {r.get('pipeline', 1)} | {r['images']} | {size} | {units} |"
         if not r.get("protocol_s"):
             lines.append(f"{shape} failed: {r.get('error', '?')[:200]} | | | | | | |")
@@ -277,18 +305,18 @@ def render(rows: Sequence[dict[str, Any]], meta: dict[str, str]) -> str:
             ("receiver", "adopt"),
         ]
         lines.append(
-            "| page tokens | payload | window | pipeline | "
+            "| page tokens | payload | copy engine | window | pipeline | "
             + " | ".join(f"{side} {ph}" for side, ph in cols)
             + " |"
         )
-        lines.append("|---:|---|---:|---:|" + "---:|" * len(cols))
+        lines.append("|---:|---|---|---:|---:|" + "---:|" * len(cols))
         for r in timed:
             cells = [
                 f"{1e3 * r[side + '_phases_s'].get(ph, 0.0) / r['images']:.3f}" for side, ph in cols
             ]
             lines.append(
-                f"| {r['block_tokens']} | {r['payload']} | {r['window']} |"
-                f" {r.get('pipeline', 1)} | " + " | ".join(cells) + " |"
+                f"| {r['block_tokens']} | {r['payload']} | {r.get('copy_engine', '-')} |"
+                f" {r['window']} | {r.get('pipeline', 1)} | " + " | ".join(cells) + " |"
             )
     return "\n".join(lines) + "\n"
 
@@ -344,6 +372,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--pipeline", type=_pipelines, default=[1], help="rounds in flight, 1, 2 or 1,2"
     )
+    ap.add_argument(
+        "--copy-engine",
+        type=_engines,
+        default=["auto"],
+        help="how a staged payload is gathered and landed, e.g. index,triton (auto: triton"
+        " on CUDA, index on CPU)",
+    )
     ap.add_argument("--timeout", type=float, default=120.0, help="process group timeout, s")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None, help="Markdown file to update")
@@ -369,6 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed=args.seed,
             log=sys.stdout,
             pipeline=args.pipeline,
+            copy_engine=args.copy_engine,
         )
     except (InvalidArgumentError, _driver.TorchMissingError) as e:  # before any run
         print(f"bench_transfer: {e}", file=sys.stderr)
