@@ -29,6 +29,7 @@ import os
 import re
 from typing import Any
 
+import attrs
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -1841,3 +1842,117 @@ def test_the_benchmark_refuses_nccl_without_two_gpus_and_keeps_out_on_failure(
     monkeypatch.setattr(B, "spawn_transfer", lambda *a, **k: [{"error": "boom"}, {"error": "x"}])
     assert B.main(["--backend", "gloo", "--quick", "--images", "2", "--out", str(doc)]) == 1
     assert doc.read_text() == "keep\n"
+
+
+# -- helper-38's breaks: other ranks' images, repeated images, END, configs ---------------
+
+
+@pytest.mark.parametrize("engine", ["index", *STAGING_ENGINES])
+def test_images_of_another_rank_are_refused_with_nothing_changed(engine: str) -> None:
+    """A landing writes the units the Incoming names: one reserved by another receiver (or
+    whose units were changed) must be refused before anything is written, or it overwrites
+    this rank's READY image; a gather of another sender's lease likewise."""
+    cfg = small(images=2, window=2, slots=2, units=2 * U, receiver_units=4 * U, copy_engine=engine)
+    s = Sender(cfg)
+    s.prefill()
+    r1, r2 = Receiver(cfg), Receiver(cfg)
+    o1 = s.lease(1)
+    inc2 = r2.accept(o1.header, 0)
+    assert isinstance(inc2, Incoming)
+    w = s.gather_round([o1])[0]
+    r2.buffers(inc2, r2.staging[0])[0].copy_(w)
+    r2.land_round([inc2])
+    assert r2.adopt(inc2) is True
+    s.finish(o1)
+    o0 = s.lease(0)
+    inc1 = r1.accept(o0.header, 0)  # r1's reservation: units r2's image 1 may use
+    assert isinstance(inc1, Incoming)
+    before = r2.tensors.read_units(list(range(r2.pool.num_units))).clone()
+    snap = r2.coord.snapshot()
+    for call in (
+        lambda: r2.land_round([inc1]),
+        lambda: r2.land(inc1, r2.staging[0]),
+        lambda: r2.buffers(inc1, r2.staging[0]),
+    ):
+        with pytest.raises(InvalidArgumentError, match="no reservation"):
+            call()
+        assert inc1.state == "reserved" and r2.coord.snapshot() == snap
+        assert torch.equal(r2.tensors.read_units(list(range(r2.pool.num_units))), before)
+    moved = attrs.evolve(inc1, units=tuple(reversed(inc1.units)))
+    with pytest.raises(InvalidArgumentError, match="units changed"):
+        r1.land_round([moved])
+    s2 = Sender(cfg)
+    s2.prefill()
+    for call2 in (
+        lambda: s2.gather_round([o0]),
+        lambda: s2.gather(o0, s2.staging[0]),
+        lambda: s2.regions(o0),
+    ):
+        with pytest.raises(InvalidArgumentError, match="no lease"):
+            call2()
+        assert o0.state == "leased"
+    assert s.coord.snapshot().offload_pins[o0.op].source_released is False
+    s.finish(o0)
+    r1.abort(inc1)
+
+
+@pytest.mark.parametrize("engine", ["index", *STAGING_ENGINES])
+def test_a_round_naming_an_image_twice_or_not_a_list_is_refused(engine: str) -> None:
+    cfg = small(images=2, window=2, slots=2, copy_engine=engine)
+    s, r = pair(cfg)
+    o = s.lease(0)
+    snap = s.coord.snapshot()
+    for bad in ([o, o], (o, o), o, iter([o]), [o, "x"]):
+        with pytest.raises(InvalidArgumentError):
+            s.gather_round(bad)  # type: ignore[arg-type]
+        assert o.state == "leased" and s.coord.snapshot() == snap
+    inc = r.accept(o.header, 0)
+    assert isinstance(inc, Incoming)
+    rsnap = r.coord.snapshot()
+    for bad in ([inc, inc], inc):
+        with pytest.raises(InvalidArgumentError):
+            r.land_round(bad)  # type: ignore[arg-type]
+        assert inc.state == "reserved" and r.coord.snapshot() == rsnap
+    s.finish(o)
+    r.abort(inc)
+
+
+@pytest.mark.parametrize("end", [[99, None], [None, 12345]])
+def test_an_end_that_does_not_match_the_rounds_is_a_wire_error(
+    monkeypatch: Any, end: list[Any]
+) -> None:
+    """An END naming other counts than the rounds that arrived (an early or bogus END) is
+    a WireError on the receiver, not a clean finish with images missing."""
+    from pagedstate.impl.transfer import sender as snd_mod
+
+    cfg = small(images=4, window=2, slots=2, local_restore=False)
+    s, r = Sender(cfg), Receiver(cfg)
+    real = snd_mod._Run.end_message
+
+    def bogus(self: Any, rounds: int) -> list[int]:
+        msg = real(self, rounds)
+        msg[2] = rounds if end[0] is None else end[0]
+        msg[3] = cfg.images if end[1] is None else end[1]
+        return msg
+
+    monkeypatch.setattr(snd_mod._Run, "end_message", bogus)
+    results, _ = _run_loops(s, r, timeout=2.0)
+    assert isinstance(results["r"], T.WireError), results["r"]
+    assert "an END of" in str(results["r"])
+
+
+def test_configs_the_driver_cannot_run_are_refused_when_built(monkeypatch: Any) -> None:
+    # pipeline 2 leases the resend before the last regular round settles
+    with pytest.raises(InvalidArgumentError, match="fault_image\\s+below 2|below 2"):
+        small(images=4, window=2, slots=4, pipeline=2, fault="duplicate", fault_image=3)
+    with pytest.raises(InvalidArgumentError, match="below 0"):
+        small(images=2, window=2, slots=4, pipeline=2, fault="duplicate", fault_image=0)
+    small(images=4, window=2, slots=4, pipeline=2, fault="duplicate", fault_image=1)  # runs
+    # Triton on CPU only under its interpreter
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(InvalidArgumentError, match="TRITON_INTERPRET|triton installed"):
+        small(copy_engine="triton")
+    small(copy_engine="triton", payload="regions")  # nothing to gather
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if triton_available():
+        small(copy_engine="triton")

@@ -290,3 +290,23 @@ def test_on_cuda_the_driver_gathers_and_lands_a_round_through_triton() -> None:
         assert r.check_slot(k, s.keys[k]).item() == 0
     for o in outs:
         s.finish(o)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_rows_named_twice_or_not_a_sequence_are_refused_with_nothing_changed(engine: str) -> None:
+    lay = _layout("Qwen/Qwen3-Next-80B-A3B-Instruct", SLICE, 16)
+    u = lay.units_per_checkpoint
+    dst = _filled(lay, 2 * u, 5)
+    b = StagingRows(lay, dst.kv_tensors, 2, 2 * u, "cpu", engine)
+    b.rows.fill_(9)
+    kv = [x.view(torch.int16).clone() for x in dst.kv_tensors]
+    rows = b.rows.clone()
+    two = [tuple(range(u)), tuple(range(u, 2 * u))]
+    for images, at in ((two, [0, 0]), (two, 5), (iter(two), None), (two, "01")):
+        for call in (b.land, b.gather):
+            with pytest.raises(InvalidArgumentError):
+                call(images, at)  # type: ignore[arg-type]
+            assert torch.equal(b.rows, rows)
+            assert all(
+                torch.equal(x.view(torch.int16), y) for x, y in zip(dst.kv_tensors, kv, strict=True)
+            )

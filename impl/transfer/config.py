@@ -272,6 +272,30 @@ class TransferConfig:
                     f" {self.fault_image} is alone in its round (images {self.images},"
                     f" window {self.window})"
                 )
+        if self.fault == "duplicate" and self.pipeline == 2:
+            last_start = (self.images - 1) // self.window * self.window
+            if self.fault_image >= last_start:
+                # With two rounds in flight the resend (its own last round) is leased before
+                # the last regular round is settled: an image still leased cannot be leased
+                # again.
+                raise InvalidArgumentError(
+                    f"fault 'duplicate' with pipeline 2 resends image {self.fault_image} in the"
+                    f" round after its own, while its lease is still open: pick a fault_image"
+                    f" below {last_start} (images {self.images}, window {self.window}) or"
+                    " pipeline 1"
+                )
+        if self.copy_engine == "triton" and self.payload == "staged" and self.device == "cpu":
+            import importlib.util
+            import os
+
+            if importlib.util.find_spec("triton") is None:
+                raise InvalidArgumentError("copy_engine 'triton' needs triton installed")
+            if os.environ.get("TRITON_INTERPRET") != "1":
+                raise InvalidArgumentError(
+                    "copy_engine 'triton' on device 'cpu' needs TRITON_INTERPRET=1 (Triton's"
+                    " interpreter) set before anything imports triton; on CPU use 'index' or"
+                    " 'torch'"
+                )
         if type(self.local_restore) is not bool or type(self.baseline) is not bool:
             raise InvalidArgumentError("local_restore and baseline must be bools")
         if (

@@ -12,7 +12,7 @@ from pagedstate.spec.errors import InvalidArgumentError
 from .config import TransferConfig, _need_config, image_key
 from .errors import LayoutMismatchError, PayloadLost, TransferError, WireError, _need
 from .giveup import _Accepted, _fail_rounds, _give_up_rounds
-from .side import Incoming, _in_state, _Side
+from .side import Incoming, _in_state, _round_of, _Side
 from .timing import _baseline, _counted, _Phases, _warm_up
 from .wire import (
     _REASON,
@@ -118,6 +118,7 @@ class Receiver(_Side):
         if staging is not None:
             self._staging(staging)
         _in_state(inc, "reserved")
+        self._holds(inc)
         return self._views(inc) if staging is None else [self.wire(staging)]
 
     def land(self, inc: Incoming, staging: Any | None) -> None:
@@ -132,6 +133,7 @@ class Receiver(_Side):
         if staging is not None:
             self._staging(staging)
         _in_state(inc, "reserved")
+        self._holds(inc)
         if staging is not None and self.rows is not None:
             self.rows.land([inc.units], [self._row_of(staging)])
         elif staging is not None and self.uniform:
@@ -157,12 +159,15 @@ class Receiver(_Side):
         image by image.
 
         Raises:
-            InvalidArgumentError: an element is not an :class:`Incoming`, or the round does
-                not fit the staging buffers from ``base``; nothing changed.
+            InvalidArgumentError: ``incs`` is not a list or tuple of :class:`Incoming`, names
+                one twice, or one this rank did not reserve (another rank's, or its units
+                changed), or the round does not fit the staging buffers from ``base``;
+                nothing changed.
             TransferError: an image is not reserved; nothing changed."""
+        _round_of(incs, Incoming, "incs")
         for inc in incs:
-            _need(inc, Incoming, "inc")
             _in_state(inc, "reserved")
+            self._holds(inc)
         self._round_buffers(len(incs), base)
         if self.rows is None:
             for k, inc in enumerate(incs):
@@ -172,6 +177,16 @@ class Receiver(_Side):
         self.rows.land([inc.units for inc in incs], at)
         for inc in incs:
             inc.state = "landed"
+
+    def _holds(self, inc: Incoming) -> None:
+        """Raise InvalidArgumentError unless this rank's coordinator holds ``inc``'s
+        reservation with exactly ``inc.units`` (not another rank's image, nor one whose
+        units were changed): what is written next goes to those units."""
+        if self.coord._transfer_units.get(inc.owner) != inc.units:
+            raise InvalidArgumentError(
+                f"image {inc.header.index}: this rank holds no reservation {inc.owner!r} of"
+                f" units {inc.units} (an image of another rank, or its units changed)"
+            )
 
     def adopt(self, inc: Incoming) -> bool:
         """Publish ``inc``'s units as the READY image of its hash (``adopt_transfer_units``)
@@ -344,6 +359,11 @@ class _Run:
         if head[0] != MAGIC or head[1] not in (KIND_ROUND, KIND_END):
             raise WireError(f"expected a ROUND or END message, got {head}")
         if head[1] == KIND_END:
+            if head[2] != self.rounds or head[3] != cfg.images:
+                raise WireError(
+                    f"an END of {head[2]} rounds and {head[3]} images; {self.rounds} rounds"
+                    f" of a run of {cfg.images} images arrived"
+                )
             return None
         rnd, count = head[2], head[3]
         if rnd != self.rounds:

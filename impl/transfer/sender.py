@@ -10,10 +10,11 @@ from typing import Any
 import attrs
 
 from pagedstate.spec.errors import InvalidArgumentError
+from pagedstate.spec.ops import run_units
 
 from .config import MID_PAYLOAD_FAULTS, TransferConfig, _need_config, image_key
 from .errors import LayoutMismatchError, SenderCrashed, TransferError, WireError, _need
-from .side import Outgoing, _in_state, _Side
+from .side import Outgoing, _in_state, _round_of, _Side
 from .timing import _baseline, _counted, _Phases, _warm_up
 from .wire import (
     ACCEPT,
@@ -107,6 +108,7 @@ class Sender(_Side):
         _need(out, Outgoing, "out")
         self._staging(buf)
         _in_state(out, "leased")
+        self._holds(out)
         torch = self.torch
         if self.rows is not None:
             self.rows.gather([out.units], [self._row_of(buf)])
@@ -131,12 +133,15 @@ class Sender(_Side):
         otherwise image by image. Returns the wire views, in order.
 
         Raises:
-            InvalidArgumentError: an element is not an :class:`Outgoing`, or the round does
-                not fit the staging buffers from ``base``; nothing changed.
+            InvalidArgumentError: ``outs`` is not a list or tuple of :class:`Outgoing`, names
+                one twice, or one this rank did not lease (another rank's, or its units
+                changed), or the round does not fit the staging buffers from ``base``;
+                nothing changed.
             TransferError: an image is not leased; nothing changed."""
+        _round_of(outs, Outgoing, "outs")
         for o in outs:
-            _need(o, Outgoing, "out")
             _in_state(o, "leased")
+            self._holds(o)
         self._round_buffers(len(outs), base)
         if self.rows is None:
             return [self.gather(o, self.staging[base + k]) for k, o in enumerate(outs)]
@@ -161,8 +166,22 @@ class Sender(_Side):
             TransferError: ``out`` is not leased."""
         _need(out, Outgoing, "out")
         _in_state(out, "leased")
+        self._holds(out)
         views = self._views(out)
         return [v.bitwise_not() for v in views] if out.header.variant else views
+
+    def _holds(self, out: Outgoing) -> None:
+        """Raise InvalidArgumentError unless ``out`` is a live lease of this rank's
+        coordinator over exactly ``out.units`` (not another rank's lease, nor one whose
+        units were changed): the gather reads those units."""
+        store = self.coord.store
+        pin = store._offload_pins.get(out.op)
+        rec = None if pin is None else store.records.get(pin.checkpoint_id)
+        if rec is None or run_units(rec.runs) != out.units:
+            raise InvalidArgumentError(
+                f"image {out.header.index}: this rank holds no lease {out.op!r} of units"
+                f" {out.units} (an image of another rank, or its units changed)"
+            )
 
     def finish(self, out: Outgoing) -> None:
         """End ``out``'s lease by its terminal path: release the source (if not yet) and

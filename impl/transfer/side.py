@@ -17,6 +17,20 @@ from .errors import TransferError, _module
 from .wire import ImageHeader, LoadOperationId
 
 
+def _round_of(xs: object, cls: type, name: str) -> None:
+    """Raise InvalidArgumentError unless ``xs`` is a list or tuple of ``cls`` instances,
+    none named twice (a round's images, before anything of the round is done)."""
+    if not isinstance(xs, (list, tuple)):
+        raise InvalidArgumentError(
+            f"{name} must be a list or tuple of {cls.__name__}, got {type(xs).__name__}"
+        )
+    for x in xs:
+        if not isinstance(x, cls):
+            raise InvalidArgumentError(f"{name} must hold {cls.__name__}s, got {x!r}")
+    if len({id(x) for x in xs}) != len(xs):
+        raise InvalidArgumentError(f"{name} names one image twice")
+
+
 def _in_state(x: Outgoing | Incoming, state: str) -> None:
     """Raise :class:`TransferError` unless the image ``x`` is in ``state`` (a step taken out
     of order: leasing, landing, adopting an image twice or after it ended)."""

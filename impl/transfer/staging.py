@@ -155,14 +155,24 @@ class StagingRows:
     def _ops(
         self, cls: Any, images: Sequence[Sequence[int]], at: Sequence[int] | None
     ) -> list[Any]:
+        if not isinstance(images, (list, tuple)):
+            raise InvalidArgumentError(
+                f"images must be a list or tuple of unit sequences, got {type(images).__name__}"
+            )
         if len(images) > self.window:
             raise InvalidArgumentError(
                 f"a round of {len(images)} images; there are {self.window} staging rows"
             )
         if at is None:
             at = range(len(images))
+        elif not isinstance(at, (list, tuple, range)):
+            raise InvalidArgumentError(f"at must be a list or tuple of rows, got {at!r}")
         elif len(at) != len(images):
             raise InvalidArgumentError(f"{len(images)} images but {len(at)} rows named")
+        elif len(set(at)) != len(at):
+            # two gathers into one row, or two landings from one: the executor sees reads of
+            # one slot (allowed), so it is refused here
+            raise InvalidArgumentError(f"at names a row twice: {list(at)}")
         n, lid = self._image_bytes, self._layout_id
         # a row out of range or named twice is the executor's to refuse (a slot, SPEC E.5)
         return [
@@ -175,7 +185,8 @@ class StagingRows:
         stream): later writers of those units queued on that stream run after it.
 
         Raises:
-            InvalidArgumentError: more images than rows, or ``at`` of another length.
+            InvalidArgumentError: more images than rows, ``images`` or ``at`` not a list or
+                tuple, ``at`` of another length or naming a row twice; nothing copied.
             CopyOpError, BatchHazardError: the executor refused the round (a unit or row
                 out of range, the wrong number of units, ...): nothing was copied.
         """
@@ -188,9 +199,9 @@ class StagingRows:
         store).
 
         Raises:
-            InvalidArgumentError: more images than rows, or ``at`` of another length.
+            InvalidArgumentError: more images than rows, ``images`` or ``at`` not a list or
+                tuple, ``at`` of another length or naming a row twice; nothing written.
             CopyOpError, BatchHazardError: the executor refused the round (two images
-                sharing a unit or a row, a unit or row out of range, ...): nothing was
-                written.
+                sharing a unit, a unit or row out of range, ...): nothing was written.
         """
         self.executor.execute(self._ops(CheckpointStoreOp, images, at), ())
