@@ -759,7 +759,7 @@ def test_replay_trace_refuses_a_bad_trace_before_running_its_step() -> None:
     for bad in (
         [("checkpoint", (0, 1)), ("explode", ())],  # no such action
         [("checkpoint", (0, 99))],  # not an action of tiny (hash 99)
-        [["drain", ()]],  # not a tuple pair
+        [{"drain": ()}],  # not a pair
         [("drain",)],
         "drain",
         None,
@@ -767,6 +767,9 @@ def test_replay_trace_refuses_a_bad_trace_before_running_its_step() -> None:
         with pytest.raises(ValueError):
             replay_trace(Counting, config="tiny", trace=bad)  # type: ignore[arg-type]
     assert calls == []  # no drain ran for any of them
+    # a trace read back from JSON (lists for tuples) is the same trace
+    as_json = [["checkpoint", [0, 1]], ["drain", []]]
+    assert replay_trace(Counting, config="tiny", trace=as_json) == 2 and calls == ["drain"]
     with pytest.raises(KeyError):
         replay_trace(Ref, config="nope", trace=[])
     with pytest.raises(ValueError, match="mode"):
@@ -789,3 +792,31 @@ def test_replay_trace_with_the_drain_check_catches_a_leak_at_quiescence() -> Non
     assert replay_trace(KeepsTransfers, config=T5, trace=trace) == 1  # not without the drain
     with pytest.raises(ConformanceFailure, match="driven to quiescence: .*transfers"):
         replay_trace(KeepsTransfers, config=T5, trace=trace, check_drain=True)
+
+
+def test_a_crash_replayed_is_chained_to_the_stores_own_exception() -> None:
+    """The failure of a store that raises something other than a PagedStateError keeps
+    its exception as __cause__ (with its traceback), in the search and in the replay."""
+    from pagedstate.engines.conformance import replay_trace
+
+    class Crashy(Ref):
+        def take_checkpoint_ops(self) -> Any:
+            return {}[0]  # KeyError
+
+    with pytest.raises(ConformanceFailure, match="crashed") as found:
+        _run(Crashy)
+    assert isinstance(found.value.__cause__, KeyError)
+    trace = _trace_of(found.value)
+    with pytest.raises(ConformanceFailure, match="crashed") as replayed:
+        replay_trace(Crashy, config=T5, trace=trace)
+    cause = replayed.value.__cause__
+    assert isinstance(cause, KeyError) and cause.__traceback__ is not None
+
+
+def test_a_run_cut_by_max_states_says_so() -> None:
+    lines: list[str] = []
+    cut = run_exhaustive(Ref, config="tiny", max_states=50, progress=lines.append)
+    assert cut.distinct == 50 and cut.complete is False
+    assert "(stopped at max_states=50)" in lines[-1]
+    whole = run_exhaustive(Ref, config="tiny", max_depth=2, progress=None)
+    assert whole.complete is True

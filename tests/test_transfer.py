@@ -1948,6 +1948,10 @@ def test_configs_the_driver_cannot_run_are_refused_when_built(monkeypatch: Any) 
     with pytest.raises(InvalidArgumentError, match="below 0"):
         small(images=2, window=2, slots=4, pipeline=2, fault="duplicate", fault_image=0)
     small(images=4, window=2, slots=4, pipeline=2, fault="duplicate", fault_image=1)  # runs
+    # a receiver too small to keep the first copy while the resend is reserved
+    with pytest.raises(InvalidArgumentError, match="needs receiver_units >= 9"):
+        small(images=1, window=1, slots=1, fault="duplicate", receiver_units=8)
+    small(images=1, window=1, slots=1, fault="duplicate", receiver_units=9)
     # Triton on CPU only under its interpreter
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(InvalidArgumentError, match="TRITON_INTERPRET|triton installed"):

@@ -310,3 +310,20 @@ def test_rows_named_twice_or_not_a_sequence_are_refused_with_nothing_changed(eng
             assert all(
                 torch.equal(x.view(torch.int16), y) for x, y in zip(dst.kv_tensors, kv, strict=True)
             )
+
+
+def test_the_phase_benchmark_refuses_what_it_cannot_run_before_it_runs(
+    monkeypatch: Any, tmp_path: Any
+) -> None:
+    from pagedstate.models.bench import transfer_phases as tp
+
+    monkeypatch.setattr(tp, "measure", lambda *a, **k: pytest.fail("a run started"))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(SystemExit) as e:
+        tp.main(["--device", "cpu", "--engine", "triton"])
+    assert e.value.code == 2
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as e:
+        tp.main(["--device", "cpu", "--quick", "--json", str(blocker / "x.json")])
+    assert e.value.code == 2

@@ -116,6 +116,8 @@ class ExhaustiveReport:
         rows: the table rows the reference took, as ``(machine, index)``: the row is
             ``TABLES[machine].rows[index]`` of :data:`pagedstate.spec.tables.TABLES`, and
             ``TABLES[machine].label(row)`` names it.
+        complete: False when ``max_states`` stopped the search before its depth bound
+            (then ``distinct == max_states`` and states below the bound were left).
     """
 
     config: str
@@ -127,9 +129,20 @@ class ExhaustiveReport:
     depth: int
     seconds: float
     rows: frozenset[tuple[str, int]]
+    complete: bool = True
 
 
 Outcome = tuple[Any, ...]
+
+
+class _LastCrash:
+    """The exception of the store under test's last ``crashed`` outcome (chained to the
+    failure that reports it, so its traceback is not lost)."""
+
+    exc: BaseException | None = None
+
+
+_LAST_CRASH = _LastCrash()
 
 
 def _call(world: World, action: Action, *, under_test: bool = False) -> Outcome:
@@ -155,6 +168,7 @@ def _call(world: World, action: Action, *, under_test: bool = False) -> Outcome:
     except Exception as exc:
         if not under_test:
             raise
+        _LAST_CRASH.exc = exc
         out = ("crashed", f"{type(exc).__name__}: {exc}")
     finally:
         LOG.calls, LOG.depth = None, 0
@@ -241,7 +255,10 @@ def _check_step(
     test's snapshot)``."""
     r, s = _call(rn, action), _call(sn, action, under_test=True)
     if r != s:
-        raise fail(sn, differ(r, s))
+        err = fail(sn, differ(r, s))
+        if s[0] == "crashed":  # the store under test's exception, with its traceback
+            raise err from _LAST_CRASH.exc
+        raise err
     rs, ss = rn.snapshot(), sn.snapshot()
     if rs != ss:
         raise fail(sn, "snapshots differ: " + "; ".join(rs.diff(ss)))
@@ -325,7 +342,10 @@ def run_exhaustive(
             :class:`~pagedstate.spec.errors.PagedStateError` is such a failure
             (``crashed``), not raised.
         KeyError: ``config`` names no configuration.
-        ValueError: a bad ``mode``, ``max_depth``, ``max_states`` or ``progress_every_s``.
+        TypeError: ``config`` is not a ``Config`` or a name, a factory is not callable,
+            ``progress`` is not callable or None, ``check_drain`` is not a bool.
+        ValueError: a bad ``mode``, ``max_depth``, ``max_states`` or ``progress_every_s``,
+            or a ``config`` with ``symmetry`` on (the kit must drive every state).
     """
     from pagedstate.models.reference import PagedStateCheckpointCoordinator, UnitPool
 
@@ -362,8 +382,10 @@ def run_exhaustive(
     next_tick = time.perf_counter() + progress_every_s
     queue: deque[tuple[World, FollowerWorld, Any, int]] = deque([(ref, sut, ref.key(), 0)])
     current = sut
+    cut = False  # max_states stopped the search
     if max_states is not None and distinct >= max_states:
         queue.clear()  # max_states=1: the initial state only
+        cut = True
     try:
         while queue:
             rw, sw, key, depth = queue.popleft()
@@ -394,6 +416,7 @@ def run_exhaustive(
                     queue.append((rn, sn, nkey, depth + 1))
                 if max_states is not None and distinct >= max_states:
                     queue.clear()
+                    cut = True
                     break
             now = time.perf_counter()
             if progress is not None and now >= next_tick:
@@ -413,7 +436,7 @@ def run_exhaustive(
         progress(
             f"exhaustive {cfg.name} ({sut.mode}): {distinct:,} states to depth {depth_seen},"
             f" {transitions:,} transitions compared ({refused:,} refused), all agreeing,"
-            f" {seconds:.1f} s"
+            f" {seconds:.1f} s" + (f" (stopped at max_states={max_states})" if cut else "")
         )
     return ExhaustiveReport(
         config=cfg.name,
@@ -425,7 +448,15 @@ def run_exhaustive(
         depth=depth_seen,
         seconds=seconds,
         rows=frozenset(rsink),
+        complete=not cut,
     )
+
+
+def _tupled(x: Any) -> Any:
+    """``x`` with every list made a tuple (a trace's arguments read back from JSON)."""
+    if isinstance(x, (list, tuple)):
+        return tuple(_tupled(v) for v in x)
+    return x
 
 
 def replay_trace(
@@ -443,7 +474,9 @@ def replay_trace(
     the snapshots' types, ``self_check()``, the environment's checks, the read-only
     questions and, with ``check_drain``, the drain to quiescence. The regression test of
     a failure :func:`run_exhaustive` printed: its message names the trace, which this
-    replays exactly (``docs/conformance.md``, "Keeping a failure as a regression test").
+    replays exactly (``docs/conformance.md``, "Exhaustive mode", "Turning it into a
+    regression test"). A ``crashed`` failure is chained to the store's own exception
+    (``__cause__``: its traceback shows where it was raised).
 
     Args:
         factory, pool_factory, mode, check_drain: as :func:`run_exhaustive`.
@@ -452,7 +485,8 @@ def replay_trace(
         trace: ``[(action, args), ...]`` from the initial state, as a failure names it
             (the explorer's actions, :meth:`World.act
             <pagedstate.models.world.World.act>`); each must be enabled in the state the
-            steps before it reach.
+            steps before it reach. Lists are taken for tuples (a trace read back from
+            JSON: ``[["checkpoint", [0, 1]], ...]``).
 
     Returns:
         The number of steps replayed (``len(trace)``), every one agreeing.
@@ -477,12 +511,13 @@ def replay_trace(
         raise ValueError(f"trace must be a list or tuple of (action, args) pairs, got {trace!r}")
     for i, step in enumerate(steps):
         if not (
-            isinstance(step, tuple)
+            isinstance(step, (tuple, list))
             and len(step) == 2
             and isinstance(step[0], str)
-            and isinstance(step[1], tuple)
+            and isinstance(step[1], (tuple, list))
         ):
             raise ValueError(f"step {i} of the trace is not an (action, args) pair: {step!r}")
+        steps[i] = (step[0], _tupled(step[1]))
     ref = cfg.build(recording_reference(PagedStateCheckpointCoordinator))
     sut = follower_world(cfg, factory, pool_factory or UnitPool, mode=mode)
     asked = questions(cfg)

@@ -170,7 +170,9 @@ class TransferConfig:
         local_restore: the receiver keeps a local older image and queues its restore into
             each destination slot before the transfer (the restore D.12 suspends).
         verify: ``"round"``, ``"end"`` or ``"none"`` (:data:`VERIFY_MODES`).
-        fault: one of :data:`FAULTS`; ``fault_image``: the image it strikes.
+        fault: one of :data:`FAULTS`; ``fault_image``: the image it strikes (the faults of
+            a round, every one but ``duplicate`` and ``receiver_full``, strike the round
+            holding it, at its first image; ignored with ``fault="none"``).
         receiver_block_tokens: the receiver's page size if it differs (a layout mismatch).
         baseline: after the protocol, time a plain send/recv of the same tensor sizes.
         timeout_s: the process groups' timeout in seconds (a control receive waits at most
@@ -327,6 +329,19 @@ class TransferConfig:
                 f"receiver_units ({rx}) must hold {low} units: one image of {rx_per_image} units"
                 + (" and the local image (local_restore)" if self.local_restore else "")
             )
+        if self.fault == "duplicate" and self.receiver_block_tokens is None:
+            # The resend must find the first copy still READY: every image, the local one
+            # and the resend's own reservation at once (with less, the reservation may
+            # evict the first copy and the "duplicate" is adopted as a new image).
+            dup = rx_per_image * (self.images + 1 + (1 if self.local_restore else 0))
+            if rx < dup:
+                raise InvalidArgumentError(
+                    f"fault 'duplicate' needs receiver_units >= {dup} (all {self.images}"
+                    " images, the resend's reservation"
+                    + (" and the local image" if self.local_restore else "")
+                    + f", {rx_per_image} units each), got {rx}: with less, the resend may"
+                    " evict the first copy"
+                )
 
     @property
     def data_timeout_s(self) -> float:

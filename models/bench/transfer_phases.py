@@ -37,6 +37,7 @@ import argparse
 import functools
 import importlib
 import json
+import os
 import platform
 import statistics
 import sys
@@ -279,22 +280,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     error."""
     p = argparse.ArgumentParser(
         prog="python -m pagedstate.models.bench.transfer_phases",
-        description="Gather and landing of transfer rounds on one device: per-image index"
-        " path vs the copy engine's one launch per round vs a D2D copy (issue 21).",
+        description="Gather and landing of transfer rounds on one device: the driver's"
+        " per-image index path against the copy engine's one launch per round, each against"
+        " a device-to-device copy of the same bytes (docs/transfer.md).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu")
-    p.add_argument("--block-tokens", type=_ints, default=[16, 128, 512])
-    p.add_argument("--window", type=_ints, default=[8, 32])
+    p.add_argument(
+        "--block-tokens", type=_ints, default=[16, 128, 512], help="page sizes, e.g. 16,512"
+    )
+    p.add_argument("--window", type=_ints, default=[8, 32], help="images per round, e.g. 8,32")
     p.add_argument(
         "--engine",
         choices=_staging.ENGINES,
         default="auto",
-        help="the copy engine measured against the index path (auto: triton on CUDA, torch on CPU)",
+        help="the copy engine measured against the index path (auto here: triton on CUDA,"
+        " torch on CPU; the driver's own copy_engine='auto' keeps the index path on CPU)",
     )
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--repeat", type=int, default=10)
-    p.add_argument("--quick", action="store_true", help="a slice of the geometry, small runs")
-    p.add_argument("--json", type=Path, help="write the raw rows here")
+    p.add_argument("--warmup", type=int, default=3, help="untimed rounds per configuration")
+    p.add_argument("--repeat", type=int, default=10, help="timed rounds (the median is shown)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a slice of the geometry, 1 warm-up and 2 timed rounds: a smoke run (its figures"
+        " are noise)",
+    )
+    p.add_argument("--json", type=Path, help="write the raw rows here (checked first)")
     a = p.parse_args(argv)
     if a.device not in ("cuda", "cpu"):
         p.error(f"--device must be cuda or cpu, got {a.device!r}")
@@ -303,6 +314,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch = importlib.import_module("torch")
     if a.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda needs a CUDA device (use --device cpu for a smoke run)")
+    if a.engine == "triton" and a.device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        p.error("--engine triton on --device cpu needs TRITON_INTERPRET=1 (Triton's interpreter)")
+    if a.json is not None:
+        try:
+            a.json.parent.mkdir(parents=True, exist_ok=True)
+            with open(a.json, "a"):
+                pass
+        except OSError as e:
+            p.error(f"--json {a.json}: {e}")
     slice_ = QUICK_SLICE if a.quick else None
     if a.quick:
         a.warmup, a.repeat = min(a.warmup, 1), min(a.repeat, 2)
@@ -315,7 +335,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         f" `python -m pagedstate.models.bench.transfer_phases {' '.join(argv or sys.argv[1:])}`."
         f" Median of {a.repeat} rounds after {a.warmup} untimed, paths interleaved."
     )
-    text = render(rows, head)
+    text = render(rows, head) + (
+        "\nvs D2D: the D2D copy's time over the path's for the same bytes (1.00: as fast as"
+        " a device-to-device copy). host us: until the calls returned, before the device"
+        " synchronize.\n" + ("smoke run (--quick): the figures are noise.\n" if a.quick else "")
+    )
     print(text)
     if a.json:
         a.json.write_text(json.dumps({"head": head, "rows": rows}, indent=1) + "\n")
