@@ -51,8 +51,9 @@ class _WorldViews:
     filed: dict[int, tuple[int, int]]
     alarms: tuple[str, ...]
 
-    def clone(self) -> World:
-        raise NotImplementedError  # pragma: no cover - World's
+    if TYPE_CHECKING:
+
+        def clone(self) -> World: ...  # World's (the drain copies the world)
 
     def snapshot(self) -> Snapshot:
         """The coordinator's snapshot."""

@@ -119,6 +119,11 @@ class Sender(_Side):
             self._grid(buf).copy_(self._scratch.transpose(0, 1))
         else:
             torch.cat(self._views(out), out=self.wire(buf))
+        return self._gathered(out, buf)
+
+    def _gathered(self, out: Outgoing, buf: Any) -> Any:
+        """After ``out``'s bytes were gathered into ``buf``: invert them for variant 1,
+        release the source (phase 1) and return the wire view."""
         wire = self.wire(buf)
         if out.header.variant:
             wire.bitwise_not_()
@@ -147,15 +152,7 @@ class Sender(_Side):
             return [self.gather(o, self.staging[base + k]) for k, o in enumerate(outs)]
         at = None if base == 0 else [base + k for k in range(len(outs))]
         self.rows.gather([o.units for o in outs], at)
-        wires = []
-        for k, o in enumerate(outs):
-            wire = self.wire(self.staging[base + k])
-            if o.header.variant:
-                wire.bitwise_not_()
-            self.coord.release_offload_store_source(o.op)
-            o.state = "released"
-            wires.append(wire)
-        return wires
+        return [self._gathered(o, self.staging[base + k]) for k, o in enumerate(outs)]
 
     def regions(self, out: Outgoing) -> list[Any]:
         """The views of ``out``'s unit regions to send in ``regions`` mode (the source pin is

@@ -49,6 +49,8 @@ from typing import Any
 
 from pagedstate.models._provenance import commit
 
+from .transfer import _ints
+
 __all__ = ["main", "measure", "render"]
 
 _driver: Any = importlib.import_module("pagedstate.impl.transfer")
@@ -208,8 +210,16 @@ def measure(
     model: str = MODEL,
     say: Callable[[str], None] = print,
 ) -> list[dict[str, Any]]:
-    """Every (page size, window) row (module doc). Raises ``RuntimeError`` on a mismatch
-    or a leak."""
+    """Every (page size, window) row (module doc): per path, ``round_s`` and ``host_s``
+    (seconds per round: until the device finished, until the calls returned),
+    ``per_image_ms``, ``gb_s`` (10^9 bytes per second) and ``vs_d2d`` (the D2D copy's
+    seconds over the path's), with ``image_bytes`` (bytes), ``units``, ``pieces`` and the
+    raw ``samples``. ``block_tokens`` are tokens per KV page; ``windows`` images per round.
+
+    Raises:
+        RuntimeError: a mismatched image, a leaked reservation or lease, or no staging
+            rows for ``engine`` on ``device``.
+        InvalidArgumentError: a page size or window no ``TransferConfig`` takes."""
     rows = []
     for bt in block_tokens:
         for w in windows:
@@ -263,16 +273,6 @@ def _machine(device: str) -> str:
     else:
         name = platform.processor() or platform.machine()
     return f"{name}, torch {torch.__version__}, Python {platform.python_version()}"
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        out = [int(x) for x in text.split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated ints, got {text!r}") from None
-    if not out or any(x < 1 for x in out):
-        raise argparse.ArgumentTypeError(f"expected ints >= 1, got {text!r}")
-    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
